@@ -1,0 +1,347 @@
+"""The per-key work queue between a controller's watch and its workers.
+
+The watch thread (the producer) turns every change it sees into a *key* -- for a
+Kubernetes object, ``(namespace, name)`` -- and adds it here. Worker threads (the
+consumers) take keys with :meth:`WorkQueue.get`, reconcile the object the key names, and
+hand the key back with :meth:`WorkQueue.done`. The queue is modelled on client-go's
+``workqueue`` (a dirty set, a processing set, a delaying queue and a per-item rate
+limiter) and on kube-rs's ``scheduler`` (delayed, de-duplicated keys).
+
+Reconciling is level-based: a worker reads the *current* state of the object, so ten
+changes that arrive before a worker gets to a key need one reconcile, not ten. The
+queue therefore stores keys, not events, and keeps them in four places:
+
+``dirty``
+    Keys that need a reconcile the queue has not yet handed out. Adding a key that is
+    already dirty does nothing -- this is the de-duplication.
+``ready``
+    A FIFO of the dirty keys that no worker holds; ``get()`` takes from its head.
+``processing``
+    Keys a worker holds, between ``get()`` and ``done()``.
+``delayed``
+    Keys to become dirty at a later time (``add(key, delay)``, requeues, failure
+    backoff): a dict of key -> due time plus a heap ordered by due time. A key keeps its
+    *earliest* due time only; the heap is lazily cleaned (an entry whose time no longer
+    matches the dict is stale and skipped).
+
+Why one key is never reconciled by two workers at once: ``get()`` moves a key from
+``ready`` to ``processing`` and removes it from ``dirty``. A key added while it is being
+processed becomes dirty again but is *not* put on ``ready`` -- ``ready`` only ever holds
+keys that are dirty and not processing. ``done()`` moves the key out of ``processing``
+and, if it became dirty meanwhile, appends it to ``ready`` once, however many times it
+was added. So a change that arrives mid-reconcile is never lost (the key is reconciled
+again, after the current reconcile, seeing the newer state) and never runs in parallel
+with the reconcile that is already looking at an older state.
+
+Time: delays are measured with the injectable ``clock`` (``time.monotonic`` by default);
+a blocked ``get()`` sleeps on a condition variable for no longer than the time until
+the next delayed key is due, so there are no timer threads and no busy waiting. Tests
+can pass a fake clock, advance it, and call ``get(timeout=0)`` (or ``_wake()`` to rouse
+getters that are already blocked). The ``timeout`` arguments of ``get()`` and
+``wait_idle()`` are real seconds, whatever the clock.
+
+Failures: :meth:`WorkQueue.add_failure` counts consecutive failures per key and delays
+the key by ``failure_backoff.delay(failures)`` -- 5 s, 10 s, 20 s ... up to 5 min by
+default; :meth:`WorkQueue.forget` resets the count after a success.
+
+Cost: ``add``, ``get`` and ``done`` are O(1) for ready keys and O(log n) for delayed
+ones, for any number of keys.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+__all__ = ["Backoff", "Key", "WorkQueue"]
+
+Key = tuple[str, str]
+"""The key of a Kubernetes object: ``(namespace, name)``, namespace ``""`` if cluster-scoped."""
+
+K = TypeVar("K", bound=Hashable)
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Exponential backoff: ``base * factor**(attempt - 1)``, capped at ``cap``.
+
+    With ``jitter`` j (0 to 1) the delay is drawn from ``[delay * (1 - j), delay]``:
+    ``j = 0`` is no randomness (the failure backoff of reconciles), ``j = 1`` is "full
+    jitter" (anything from 0 to the delay), which spreads reconnecting watches apart.
+    """
+
+    base: float = 5.0
+    cap: float = 300.0
+    factor: float = 2.0
+    jitter: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.base < 0:
+            raise ValueError(f"Backoff base must be >= 0 seconds, got {self.base}")
+        if self.cap < self.base:
+            raise ValueError(f"Backoff cap ({self.cap}) must be at least its base ({self.base})")
+        if self.factor < 1:
+            raise ValueError(f"Backoff factor must be >= 1, got {self.factor}")
+        if not 0.0 <= self.jitter <= 1.0:
+            raise ValueError(f"Backoff jitter must be between 0 and 1, got {self.jitter}")
+
+    def delay(self, attempt: int, rand: Callable[[], float] = random.random) -> float:
+        """The delay before retry number ``attempt`` (1 for the first retry).
+
+        ``rand`` returns a float in ``[0, 1)``; it is called only when ``jitter`` is set,
+        so the result is deterministic for a given ``rand``.
+        """
+        if attempt < 1:
+            raise ValueError(f"Backoff attempts count from 1, got {attempt}")
+        try:
+            raw = self.base * self.factor ** (attempt - 1)
+        except OverflowError:
+            raw = self.cap
+        capped = min(raw, self.cap)
+        if self.jitter:
+            return capped * (1.0 - self.jitter * rand())
+        return capped
+
+
+class WorkQueue(Generic[K]):
+    """A thread-safe queue of keys: de-duplicated, one worker per key, delays, backoff.
+
+    A worker's loop::
+
+        while (key := queue.get()) is not None:
+            try:
+                reconcile(key)
+            except Exception:
+                queue.add_failure(key)      # retry after 5 s, 10 s, ... 5 min
+            else:
+                queue.forget(key)           # the next failure starts at 5 s again
+            finally:
+                queue.done(key)
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        failure_backoff: Backoff = Backoff(),  # frozen, so safe to share
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.name = name
+        self.failure_backoff = failure_backoff
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._has_work = threading.Condition(self._lock)  # get() waits here
+        self._idle = threading.Condition(self._lock)  # wait_idle() waits here
+        self._ready: deque[K] = deque()
+        self._dirty: set[K] = set()
+        self._processing: set[K] = set()
+        self._delayed: dict[K, float] = {}
+        self._heap: list[tuple[float, int, K]] = []  # (due, tie-breaker, key); may be stale
+        self._sequence = itertools.count()
+        self._failures: dict[K, int] = {}
+        self._shutting_down = False
+
+    def __repr__(self) -> str:
+        with self._lock:
+            return (
+                f"<WorkQueue {self.name!r}: {len(self._ready)} ready, "
+                f"{len(self._delayed)} delayed, {len(self._processing)} processing>"
+            )
+
+    # -- producers -------------------------------------------------------------------
+
+    def add(self, key: K, delay: float = 0.0) -> None:
+        """Queue ``key``, now or after ``delay`` seconds.
+
+        A key already waiting is not queued twice: it keeps the earlier of its pending
+        time and the new one (a dirty key counts as due now). Ignored after shutdown.
+        """
+        with self._lock:
+            self._add(key, delay)
+
+    def add_failure(self, key: K) -> float:
+        """Record one more consecutive failure of ``key`` and queue it after the backoff.
+
+        Returns the backoff delay in seconds (``failure_backoff.delay(failures)``). If the
+        key is already due sooner (for example, it changed during the failed reconcile)
+        it keeps the sooner time.
+        """
+        with self._lock:
+            failures = self._failures.get(key, 0) + 1
+            self._failures[key] = failures
+            delay = self.failure_backoff.delay(failures)
+            self._add(key, delay)
+            return delay
+
+    def forget(self, key: K) -> None:
+        """Reset the failure count of ``key`` (call it after a successful reconcile)."""
+        with self._lock:
+            self._failures.pop(key, None)
+
+    def failures(self, key: K) -> int:
+        """The number of consecutive failures recorded for ``key`` since its last forget."""
+        with self._lock:
+            return self._failures.get(key, 0)
+
+    def scheduled_in(self, key: K) -> float | None:
+        """Seconds until delayed ``key`` becomes due; ``None`` if it is not delayed."""
+        with self._lock:
+            due = self._delayed.get(key)
+            if due is None:
+                return None
+            return max(0.0, due - self._clock())
+
+    # -- consumers -------------------------------------------------------------------
+
+    def get(self, timeout: float | None = None) -> K | None:
+        """Take the next due key, blocking until there is one.
+
+        Returns ``None`` after ``timeout`` real seconds (``None``: wait for ever) or once
+        the queue is shutting down -- keys still waiting are then not handed out. The
+        caller owns the key until it calls :meth:`done`.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            while not self._shutting_down:
+                self._promote_due()
+                if self._ready:
+                    key = self._ready.popleft()
+                    self._dirty.discard(key)
+                    self._processing.add(key)
+                    return key
+                wait = self._seconds_to_next_due()
+                if deadline is not None:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return None
+                    wait = remaining if wait is None else min(wait, remaining)
+                self._has_work.wait(wait)
+            return None
+
+    def done(self, key: K) -> None:
+        """Release ``key`` after processing; it is queued again if it was added meanwhile.
+
+        A ``done`` for a key that is not being processed does nothing.
+        """
+        with self._lock:
+            if key not in self._processing:
+                return
+            self._processing.remove(key)
+            if key in self._dirty:
+                self._ready.append(key)
+                self._has_work.notify()
+            if not self._processing:
+                self._idle.notify_all()
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def shut_down(self) -> None:
+        """Stop handing out keys: every blocked and later ``get()`` returns ``None``.
+
+        Later adds are ignored; workers still call ``done()`` for the keys they hold,
+        and :meth:`wait_idle` waits for them. Calling it again does nothing.
+        """
+        with self._lock:
+            self._shutting_down = True
+            self._has_work.notify_all()
+
+    @property
+    def shutting_down(self) -> bool:
+        """Whether :meth:`shut_down` has been called."""
+        with self._lock:
+            return self._shutting_down
+
+    def __len__(self) -> int:
+        """The queue depth: keys waiting to be processed, due now or delayed.
+
+        This includes keys added while being processed (due again after ``done``).
+        """
+        with self._lock:
+            return len(self._dirty) + len(self._delayed)
+
+    def in_flight(self) -> int:
+        """The number of keys being processed now."""
+        with self._lock:
+            return len(self._processing)
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Block until no key is being processed, up to ``timeout`` real seconds.
+
+        Returns whether the queue became idle (use it after :meth:`shut_down` to let
+        workers finish their reconciles).
+        """
+        with self._lock:
+            return self._idle.wait_for(lambda: not self._processing, timeout)
+
+    def _wake(self) -> None:
+        """Rouse blocked getters so they re-read the clock (for tests with a fake clock)."""
+        with self._lock:
+            self._has_work.notify_all()
+
+    # -- internals; the caller holds self._lock ----------------------------------------
+
+    def _add(self, key: K, delay: float) -> None:
+        if self._shutting_down:
+            return
+        if delay <= 0:
+            self._delayed.pop(key, None)  # its heap entry goes stale
+            self._make_dirty(key)
+            return
+        if key in self._dirty:
+            return  # already due now, which is sooner
+        due = self._clock() + delay
+        pending = self._delayed.get(key)
+        if pending is not None and pending <= due:
+            return
+        self._delayed[key] = due
+        earliest = self._next_due()
+        heapq.heappush(self._heap, (due, next(self._sequence), key))
+        if earliest is None or due < earliest:
+            # Blocked getters sleep until the old earliest time; let them re-measure.
+            self._has_work.notify_all()
+        self._compact_heap()
+
+    def _make_dirty(self, key: K) -> None:
+        if key in self._dirty:
+            return
+        self._dirty.add(key)
+        if key not in self._processing:  # a processing key waits for done()
+            self._ready.append(key)
+            self._has_work.notify()
+
+    def _promote_due(self) -> None:
+        """Make every delayed key whose time has come dirty."""
+        if not self._heap:
+            return
+        now = self._clock()
+        while self._heap and self._heap[0][0] <= now:
+            due, _, key = heapq.heappop(self._heap)
+            if self._delayed.get(key) == due:
+                del self._delayed[key]
+                self._make_dirty(key)
+
+    def _next_due(self) -> float | None:
+        """The earliest due time of a delayed key, dropping stale heap entries on the way."""
+        while self._heap:
+            due, _, key = self._heap[0]
+            if self._delayed.get(key) == due:
+                return due
+            heapq.heappop(self._heap)
+        return None
+
+    def _seconds_to_next_due(self) -> float | None:
+        due = self._next_due()
+        return None if due is None else max(0.0, due - self._clock())
+
+    def _compact_heap(self) -> None:
+        """Rebuild the heap when stale entries outnumber live ones, bounding its size."""
+        if len(self._heap) > 64 and len(self._heap) > 2 * len(self._delayed):
+            self._heap = [(due, next(self._sequence), key) for key, due in self._delayed.items()]
+            heapq.heapify(self._heap)

@@ -1,0 +1,648 @@
+"""Dataclass type hints -> OpenAPI v3 structural schema, and the JSON codec that matches it.
+
+A custom resource's spec and status are dataclasses. This module reads their type hints
+once into a small tree of *shapes* (`shape_of`), and every shape does three things:
+
+- ``schema()``: its OpenAPI v3 schema, structural as a CustomResourceDefinition needs;
+- ``decode(value, path)``: checks a JSON value against the type and builds the Python
+  value (dataclass instances, Enums, datetimes), raising `InvalidValue` with the field
+  path on a mismatch — it never coerces a wrong type;
+- ``encode(value)``: the JSON value (Enum by value, datetime as RFC 3339 ``...Z``).
+
+Because the schema and the codec come from the same shapes, the field names, types and
+defaults the API server checks are exactly those the Python objects use.
+
+Field names in JSON are the Python names unless dataclasses-json's naming config says
+otherwise (``field(metadata=config(field_name="camelName"))`` or a class-level
+``@dataclass_json(letter_case=LetterCase.CAMEL)``). Descriptions come from
+``field(metadata={"description": ...})`` and from the dataclass docstring.
+
+Each decoded instance remembers the keys its dataclass does not know and which keys were
+present, so decode -> encode gives back what came in, at any nesting level: unknown keys
+are written back, None is written as null only where the input had the key, and a
+default that decoding filled in stays out until it is changed. Instances that cannot
+carry this (``slots=True`` dataclasses) drop unknown keys.
+
+This module imports nothing else of operator_kit.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import copy
+import dataclasses
+import datetime as dt
+import enum
+import inspect
+import re
+import reprlib
+import types
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any
+
+__all__ = [
+    "AnyShape",
+    "DateShape",
+    "DateTimeShape",
+    "EnumShape",
+    "FieldShape",
+    "IntOrStringShape",
+    "InvalidValue",
+    "ListShape",
+    "LiteralShape",
+    "MapShape",
+    "NullableShape",
+    "ObjectShape",
+    "ScalarShape",
+    "SchemaError",
+    "Shape",
+    "schema_for",
+    "shape_of",
+]
+
+
+class SchemaError(TypeError):
+    """A type hint that no OpenAPI v3 structural schema can express."""
+
+
+class InvalidValue(ValueError):
+    """A JSON value that does not match its type; `path` names the field (``spec.retain``)."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}" if path else reason)
+        self.path = path
+        self.reason = reason
+
+
+def schema_for(
+    tp: Any, *, path: str = "", localns: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The OpenAPI v3 schema of a type hint (usually a dataclass).
+
+    `path` prefixes the field path in a `SchemaError` (``Backup.spec``); by default it is
+    the dataclass's name. `localns` resolves string annotations that name classes local
+    to a function (``from __future__ import annotations`` inside a test, say).
+    """
+    return shape_of(tp, path=path, localns=localns).schema()
+
+
+def shape_of(tp: Any, *, path: str = "", localns: Mapping[str, Any] | None = None) -> Shape:
+    """Parse a type hint into the `Shape` that gives its schema and its JSON codec."""
+    if not path and isinstance(tp, type):
+        path = tp.__name__
+    return _Parser(dict(localns or {})).parse(tp, path, ())
+
+
+# --------------------------------------------------------------------------- shapes
+
+
+class Shape:
+    """One node of a parsed type: its schema, and how its JSON values decode and encode."""
+
+    def schema(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def decode(self, value: Any, path: str) -> Any:
+        raise NotImplementedError
+
+    def encode(self, value: Any) -> Any:
+        return value
+
+
+@dataclasses.dataclass(frozen=True)
+class ScalarShape(Shape):
+    """str, int, float or bool."""
+
+    py_type: type
+
+    def schema(self) -> dict[str, Any]:
+        return {"type": _SCALAR_TYPES[self.py_type]}
+
+    def decode(self, value: Any, path: str) -> Any:
+        if self.py_type is float and _is_int(value):
+            return float(value)
+        if isinstance(value, self.py_type) and (self.py_type is bool or not _is_bool(value)):
+            return value
+        raise _mismatch(path, self.py_type.__name__, value)
+
+
+_SCALAR_TYPES: dict[type, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
+
+
+@dataclasses.dataclass(frozen=True)
+class IntOrStringShape(Shape):
+    """``int | str``: Kubernetes' int-or-string (a port number or name, ``25%``)."""
+
+    def schema(self) -> dict[str, Any]:
+        return {"x-kubernetes-int-or-string": True}
+
+    def decode(self, value: Any, path: str) -> Any:
+        if isinstance(value, str) or _is_int(value):
+            return value
+        raise _mismatch(path, "int or str", value)
+
+
+@dataclasses.dataclass(frozen=True)
+class DateTimeShape(Shape):
+    """datetime <-> RFC 3339 string; naive datetimes are taken as UTC."""
+
+    def schema(self) -> dict[str, Any]:
+        return {"type": "string", "format": "date-time"}
+
+    def decode(self, value: Any, path: str) -> Any:
+        parsed = _parse_rfc3339(value) if isinstance(value, str) else None
+        if parsed is None:
+            raise _mismatch(path, "an RFC 3339 date-time like '2024-01-02T03:04:05Z'", value)
+        return parsed
+
+    def encode(self, value: Any) -> Any:
+        if not isinstance(value, dt.datetime):
+            return value
+        if value.tzinfo is not None:
+            value = value.astimezone(dt.timezone.utc)
+        return value.replace(tzinfo=None).isoformat() + "Z"
+
+
+@dataclasses.dataclass(frozen=True)
+class DateShape(Shape):
+    """date <-> ``YYYY-MM-DD``."""
+
+    def schema(self) -> dict[str, Any]:
+        return {"type": "string", "format": "date"}
+
+    def decode(self, value: Any, path: str) -> Any:
+        if isinstance(value, str) and re.fullmatch(r"\d{4}-\d{2}-\d{2}", value):
+            try:
+                return dt.date.fromisoformat(value)
+            except ValueError:
+                pass
+        raise _mismatch(path, "a date like '2024-01-02'", value)
+
+    def encode(self, value: Any) -> Any:
+        return value.isoformat() if isinstance(value, dt.date) else value
+
+
+@dataclasses.dataclass(frozen=True)
+class EnumShape(Shape):
+    """An Enum, in JSON by value."""
+
+    enum_type: type[enum.Enum]
+    json_type: str
+
+    def schema(self) -> dict[str, Any]:
+        return {"type": self.json_type, "enum": [m.value for m in self.enum_type]}
+
+    def decode(self, value: Any, path: str) -> Any:
+        for member in self.enum_type:
+            if member.value == value and type(member.value) is type(value):
+                return member
+        raise _mismatch(path, _one_of([m.value for m in self.enum_type]), value)
+
+    def encode(self, value: Any) -> Any:
+        return value.value if isinstance(value, enum.Enum) else value
+
+
+@dataclasses.dataclass(frozen=True)
+class LiteralShape(Shape):
+    """``Literal["a", "b"]``."""
+
+    values: tuple[Any, ...]
+    json_type: str
+
+    def schema(self) -> dict[str, Any]:
+        return {"type": self.json_type, "enum": list(self.values)}
+
+    def decode(self, value: Any, path: str) -> Any:
+        if any(v == value and type(v) is type(value) for v in self.values):
+            return value
+        raise _mismatch(path, _one_of(list(self.values)), value)
+
+
+@dataclasses.dataclass(frozen=True)
+class NullableShape(Shape):
+    """``Optional[X]``: X, or null."""
+
+    inner: Shape
+
+    def schema(self) -> dict[str, Any]:
+        return {**self.inner.schema(), "nullable": True}
+
+    def decode(self, value: Any, path: str) -> Any:
+        return None if value is None else self.inner.decode(value, path)
+
+    def encode(self, value: Any) -> Any:
+        return None if value is None else self.inner.encode(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class AnyShape(Shape):
+    """``Any`` (any JSON value) or ``dict[str, Any]`` (any JSON object): kept as is."""
+
+    object_only: bool
+
+    def schema(self) -> dict[str, Any]:
+        if self.object_only:
+            return {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+        return {"x-kubernetes-preserve-unknown-fields": True}
+
+    def decode(self, value: Any, path: str) -> Any:
+        if self.object_only and not isinstance(value, Mapping):
+            raise _mismatch(path, "object", value)
+        return copy.deepcopy(dict(value) if isinstance(value, Mapping) else value)
+
+    def encode(self, value: Any) -> Any:
+        return copy.deepcopy(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class ListShape(Shape):
+    """``list[X]`` or ``Sequence[X]``: a JSON array, decoded as a list."""
+
+    items: Shape
+
+    def schema(self) -> dict[str, Any]:
+        return {"type": "array", "items": self.items.schema()}
+
+    def decode(self, value: Any, path: str) -> Any:
+        if not isinstance(value, (list, tuple)):
+            raise _mismatch(path, "list", value)
+        return [self.items.decode(v, f"{path}[{i}]") for i, v in enumerate(value)]
+
+    def encode(self, value: Any) -> Any:
+        return [self.items.encode(v) for v in value]
+
+
+@dataclasses.dataclass(frozen=True)
+class MapShape(Shape):
+    """``dict[str, X]``: a JSON object with arbitrary keys."""
+
+    values: Shape
+
+    def schema(self) -> dict[str, Any]:
+        return {"type": "object", "additionalProperties": self.values.schema()}
+
+    def decode(self, value: Any, path: str) -> Any:
+        if not isinstance(value, Mapping):
+            raise _mismatch(path, "object", value)
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidValue(path, f"keys must be strings, got {_describe(key)}")
+            out[key] = self.values.decode(item, f"{path}.{key}")
+        return out
+
+    def encode(self, value: Any) -> Any:
+        return {k: self.values.encode(v) for k, v in value.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldShape:
+    """One dataclass field as JSON sees it."""
+
+    name: str
+    json_name: str
+    shape: Shape
+    required: bool
+    description: str | None
+    default: Any  # the schema's default; dataclasses.MISSING when it has none
+    make_default: Callable[[], Any] | None  # the dataclass default, None when required
+
+
+@dataclasses.dataclass(frozen=True)
+class ObjectShape(Shape):
+    """A dataclass: a JSON object with known properties."""
+
+    cls: type
+    fields: tuple[FieldShape, ...]
+    description: str | None
+
+    def schema(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.description:
+            out["description"] = self.description
+        out["type"] = "object"
+        properties: dict[str, Any] = {}
+        for f in self.fields:
+            prop = f.shape.schema()
+            if f.description:  # the field's own words win over its type's docstring
+                prop = {"description": f.description, **_without(prop, "description")}
+            if f.default is not dataclasses.MISSING:
+                prop["default"] = f.shape.encode(f.default)
+            properties[f.json_name] = prop
+        out["properties"] = properties
+        required = [f.json_name for f in self.fields if f.required]
+        if required:
+            out["required"] = required
+        return out
+
+    def decode(self, value: Any, path: str) -> Any:
+        if not isinstance(value, Mapping):
+            raise _mismatch(path, "object", value)
+        kwargs: dict[str, Any] = {}
+        for f in self.fields:
+            sub = f"{path}.{f.json_name}" if path else f.json_name
+            if f.json_name in value:
+                kwargs[f.name] = f.shape.decode(value[f.json_name], sub)
+            elif f.required:
+                raise InvalidValue(sub, "required field is missing")
+        try:
+            obj = self.cls(**kwargs)
+        except (TypeError, ValueError) as e:  # __post_init__ rejecting the values
+            raise InvalidValue(path, f"{self.cls.__name__}: {e}") from e
+        known = {f.json_name for f in self.fields}
+        unknown = {k: copy.deepcopy(v) for k, v in value.items() if k not in known}
+        _remember(obj, _Seen(unknown=unknown, present=frozenset(value)))
+        return obj
+
+    def encode(self, value: Any) -> Any:
+        seen = _recall(value)
+        decoded = seen is not _NOTHING_SEEN
+        out: dict[str, Any] = {}
+        for f in self.fields:
+            item = getattr(value, f.name)
+            if f.json_name not in seen.present and (
+                item is None
+                # a decoded object gives back what it got: a default it filled in stays out
+                or (decoded and f.make_default is not None and item == f.make_default())
+            ):
+                continue
+            out[f.json_name] = f.shape.encode(item)
+        for key, item in seen.unknown.items():
+            out.setdefault(key, copy.deepcopy(item))
+        return out
+
+    def default_instance(self) -> Any | None:
+        """``cls()`` when every field has a default, else None."""
+        if any(f.required for f in self.fields):
+            return None
+        return self.cls()
+
+
+# ------------------------------------------------------------------ unknown JSON keys
+
+
+@dataclasses.dataclass(frozen=True)
+class _Seen:
+    """What decoding saw that the dataclass fields cannot hold."""
+
+    unknown: dict[str, Any]
+    present: frozenset[str]
+
+
+_NOTHING_SEEN = _Seen(unknown={}, present=frozenset())
+_SEEN_ATTR = "__operator_kit_seen__"
+
+
+def _remember(obj: Any, seen: _Seen) -> None:
+    try:
+        object.__setattr__(obj, _SEEN_ATTR, seen)
+    except AttributeError:  # slots=True: nowhere to keep them
+        pass
+
+
+def _recall(obj: Any) -> _Seen:
+    seen = getattr(obj, _SEEN_ATTR, _NOTHING_SEEN)
+    return seen if isinstance(seen, _Seen) else _NOTHING_SEEN
+
+
+# -------------------------------------------------------------------------- parsing
+
+_SEQUENCES: tuple[Any, ...] = (
+    list,
+    collections.abc.Sequence,
+    collections.abc.MutableSequence,
+)
+_MAPPINGS: tuple[Any, ...] = (dict, collections.abc.Mapping, collections.abc.MutableMapping)
+_SETS: tuple[Any, ...] = (
+    set,
+    frozenset,
+    collections.abc.Set,
+    collections.abc.MutableSet,
+)
+
+
+class _Parser:
+    """Parses type hints into shapes; `localns` helps resolve string annotations."""
+
+    def __init__(self, localns: dict[str, Any]) -> None:
+        self.localns = localns
+
+    def parse(self, tp: Any, path: str, stack: tuple[type, ...]) -> Shape:
+        origin = typing.get_origin(tp)
+        args = typing.get_args(tp)
+
+        if tp is Any:
+            return AnyShape(object_only=False)
+        if origin is typing.Annotated:
+            return self.parse(args[0], path, stack)
+        if isinstance(tp, typing.NewType):
+            return self.parse(tp.__supertype__, path, stack)
+        if origin is typing.Union or origin is types.UnionType:
+            return self._parse_union(tp, args, path, stack)
+        if origin is typing.Literal:
+            return LiteralShape(tuple(args), _json_type_of_values(tp, args, path))
+        if tp in _SEQUENCES or origin in _SEQUENCES:
+            return ListShape(self.parse(args[0], f"{path}[]", stack) if args else AnyShape(False))
+        if tp in _MAPPINGS or origin in _MAPPINGS:
+            return self._parse_mapping(tp, args, path, stack)
+        if tp in _SETS or origin in _SETS:
+            item = _type_name(args[0]) if args else "Any"
+            raise _cannot(path, tp, f"use list[{item}]")
+        if tp is tuple or origin is tuple:
+            raise _cannot(path, tp, "use list[...] or a dataclass")
+        if not isinstance(tp, type):
+            raise _cannot(
+                path, tp, "use str, int, float, bool, list, dict[str, ...] or a dataclass"
+            )
+        if dataclasses.is_dataclass(tp):
+            return self._parse_dataclass(tp, path, stack)
+        if issubclass(tp, enum.Enum):
+            values = [m.value for m in tp]
+            return EnumShape(tp, _json_type_of_values(tp, values, path))
+        if tp in _SCALAR_TYPES:
+            return ScalarShape(tp)
+        if tp is dt.datetime:
+            return DateTimeShape()
+        if tp is dt.date:
+            return DateShape()
+        if tp in (bytes, bytearray):
+            raise _cannot(path, tp, "use str (for example base64-encoded)")
+        if tp is type(None):
+            raise _cannot(path, tp, "use Optional[X]")
+        raise _cannot(path, tp, "make it a dataclass")
+
+    def _parse_union(
+        self, tp: Any, args: tuple[Any, ...], path: str, stack: tuple[type, ...]
+    ) -> Shape:
+        others = [a for a in args if a is not type(None)]
+        nullable = len(others) < len(args)
+        if len(others) == 1:
+            inner = self.parse(others[0], path, stack)
+        elif set(others) == {int, str}:
+            inner = IntOrStringShape()
+        else:
+            raise _cannot(path, tp, "use one type (or int | str, or Any to accept any value)")
+        return NullableShape(inner) if nullable else inner
+
+    def _parse_mapping(
+        self, tp: Any, args: tuple[Any, ...], path: str, stack: tuple[type, ...]
+    ) -> Shape:
+        if not args:
+            return AnyShape(object_only=True)
+        key, value = args
+        if key is not str:
+            raise _cannot(path, tp, f"use dict[str, {_type_name(value)}]")
+        if value is Any:
+            return AnyShape(object_only=True)
+        return MapShape(self.parse(value, f"{path}{{}}", stack))
+
+    def _type_hints(self, cls: type) -> dict[str, Any]:
+        try:
+            return typing.get_type_hints(cls)
+        except NameError:
+            if not self.localns:
+                raise
+            return typing.get_type_hints(cls, localns=self.localns)
+
+    def _parse_dataclass(self, cls: type, path: str, stack: tuple[type, ...]) -> ObjectShape:
+        if cls in stack:
+            raise SchemaError(
+                f"{path}: {cls.__name__} contains itself; a structural schema cannot express "
+                "a recursive dataclass (use Any or dict[str, Any] for the recursive part)"
+            )
+        try:
+            hints = self._type_hints(cls)
+        except NameError as e:
+            raise SchemaError(
+                f"{path}: cannot resolve the type hints of {cls.__name__} ({e}); define the "
+                "types it names at module level, or pass localns=locals()"
+            ) from e
+        fields: list[FieldShape] = []
+        names: set[str] = set()
+        for f in dataclasses.fields(cls):
+            if not f.init:
+                continue
+            json_name = _json_name(cls, f)
+            sub = f"{path}.{json_name}" if path else json_name
+            if json_name in names:
+                raise SchemaError(f"{sub}: two fields of {cls.__name__} have this JSON name")
+            names.add(json_name)
+            shape = self.parse(hints[f.name], sub, (*stack, cls))
+            description = f.metadata.get("description")
+            fields.append(
+                FieldShape(
+                    name=f.name,
+                    json_name=json_name,
+                    shape=shape,
+                    required=f.default is dataclasses.MISSING
+                    and f.default_factory is dataclasses.MISSING,
+                    description=str(description) if description else None,
+                    default=_schema_default(f),
+                    make_default=_make_default(f),
+                )
+            )
+        return ObjectShape(cls, tuple(fields), _docstring(cls))
+
+
+def _json_name(cls: type, f: dataclasses.Field[Any]) -> str:
+    """The field's JSON name: dataclasses-json's field or class letter_case, else its name."""
+    letter_case = f.metadata.get("dataclasses_json", {}).get("letter_case")
+    if letter_case is None:
+        class_config = getattr(cls, "dataclass_json_config", None) or {}
+        letter_case = class_config.get("letter_case")
+    if letter_case is None:
+        return f.name
+    name = typing.cast(Callable[[str], str], letter_case)(f.name)
+    return str(name)
+
+
+def _schema_default(f: dataclasses.Field[Any]) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return dataclasses.MISSING if f.default is None else f.default
+    if f.default_factory is not dataclasses.MISSING and f.default_factory in (list, dict):
+        return f.default_factory()
+    return dataclasses.MISSING
+
+
+def _make_default(f: dataclasses.Field[Any]) -> Callable[[], Any] | None:
+    if f.default is not dataclasses.MISSING:
+        value = f.default
+        return lambda: value
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory
+    return None
+
+
+def _docstring(cls: type) -> str | None:
+    doc = cls.__dict__.get("__doc__")
+    if not doc or doc.startswith(f"{cls.__name__}("):  # dataclass's generated signature
+        return None
+    return inspect.cleandoc(doc)
+
+
+def _json_type_of_values(tp: Any, values: typing.Sequence[Any], path: str) -> str:
+    kinds = {type(v) for v in values}
+    if len(kinds) == 1:
+        (kind,) = kinds
+        for py_type, json_type in _SCALAR_TYPES.items():
+            if kind is py_type:
+                return json_type
+    raise _cannot(path, tp, "give every value the same type: str, int, float or bool")
+
+
+# ------------------------------------------------------------------------- helpers
+
+_RFC3339 = re.compile(
+    r"(\d{4}-\d{2}-\d{2})[Tt](\d{2}:\d{2}:\d{2})(?:\.(\d+))?([Zz]|[+-]\d{2}:\d{2})"
+)
+
+
+def _parse_rfc3339(text: str) -> dt.datetime | None:
+    match = _RFC3339.fullmatch(text)
+    if not match:
+        return None
+    day, time, fraction, offset = match.groups()
+    micros = (fraction or "").ljust(6, "0")[:6]
+    tz = "+00:00" if offset in ("Z", "z") else offset
+    try:
+        return dt.datetime.fromisoformat(f"{day}T{time}.{micros}{tz}")
+    except ValueError:
+        return None
+
+
+def _without(d: dict[str, Any], key: str) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if k != key}
+
+
+def _is_bool(value: Any) -> bool:
+    return isinstance(value, bool)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "null"
+    return f"{type(value).__name__} {reprlib.repr(value)}"
+
+
+def _mismatch(path: str, expected: str, value: Any) -> InvalidValue:
+    return InvalidValue(path, f"expected {expected}, got {_describe(value)}")
+
+
+def _one_of(values: list[Any]) -> str:
+    return "one of " + ", ".join(repr(v) for v in values)
+
+
+def _type_name(tp: Any) -> str:
+    if isinstance(tp, type) and not typing.get_args(tp):
+        return tp.__name__
+    return repr(tp).replace("typing.", "")
+
+
+def _cannot(path: str, tp: Any, advice: str) -> SchemaError:
+    where = f"{path}: " if path else ""
+    return SchemaError(f"{where}cannot express {_type_name(tp)} in an OpenAPI schema; {advice}")
