@@ -63,7 +63,7 @@ def eventually(
             if value:
                 return value
             last_value, last_error = value, None
-        except Exception as err:
+        except Exception as err:  # noqa: BLE001 - "not yet": retried until the deadline
             last_error = err
         if time.monotonic() >= deadline:
             what = message or getattr(fn, "__name__", "condition")

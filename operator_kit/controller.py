@@ -1,0 +1,414 @@
+"""Controllers: make the world match each object of one kind, one object at a time.
+
+Reconciling is *level-based*: `Controller.reconcile` gets the current object (from the
+informer's cache) and makes everything it is responsible for match it. It is never told
+what changed — only that something may have — so a missed, repeated or coalesced
+notification cannot make it wrong; it just looks again.
+
+How a change reaches `reconcile`, top to bottom::
+
+    Informer (watching.py)  list + watch the primary kind and each owned kind
+        │  WatchEvent            primary: its key; owned: its controller owner's key
+        ▼
+    WorkQueue (queueing.py)  de-duplicates keys; one worker per key at a time; delays
+        │  key
+        ▼
+    _Runner._process         the finalizer state machine, then reconcile, then
+                             requeue / failure backoff / forget
+
+The finalizer, when a controller names one, follows four states:
+
+    not deleting, finalizer absent   → add it (a merge patch carrying resourceVersion,
+                                       so it is added exactly once), then reconcile
+    not deleting, finalizer present  → reconcile
+    deleting, finalizer present      → cleanup(); if it returns, remove the finalizer
+                                       (failing → keep it, retry with backoff)
+    deleting, finalizer absent       → nothing to do
+
+A change that touches only ``status`` (and bookkeeping metadata) does not queue the
+object again, so a controller writing its own status does not reconcile in a loop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from operator_kit import metrics
+from operator_kit.client import Api, Resource
+from operator_kit.events import EventRecorder
+from operator_kit.queueing import Backoff, WorkQueue
+from operator_kit.rbac import Rule, guess_plural
+from operator_kit.resources import CustomResource, InvalidResource
+from operator_kit.watching import Informer, Key, WatchEvent
+
+log = logging.getLogger("operator_kit.controller")
+
+R = TypeVar("R", bound=CustomResource)
+
+
+@dataclass(frozen=True)
+class Action:
+    """What to do after a reconcile: look again after a delay, or wait for a change."""
+
+    requeue_after: float | None = None
+
+    @classmethod
+    def requeue(cls, seconds: float) -> Action:
+        """Reconcile this object again after `seconds`, even if nothing changes."""
+        if seconds < 0:
+            raise ValueError("requeue delay must be >= 0")
+        return cls(float(seconds))
+
+    @classmethod
+    def await_change(cls) -> Action:
+        """Reconcile this object again only when it (or something it owns) changes."""
+        return cls(None)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """An apiVersion and kind, for owned built-in kinds: ``Kind("batch/v1", "CronJob")``."""
+
+    api_version: str
+    kind: str
+    plural: str = ""
+
+    @classmethod
+    def of(cls, spec: str | Kind | type[CustomResource]) -> Kind:
+        if isinstance(spec, Kind):
+            return spec
+        if isinstance(spec, str):
+            api_version, _, kind = spec.rpartition("/")
+            if not api_version or not kind:
+                raise ValueError(f"owned kind {spec!r} must read 'apiVersion/Kind', "
+                                 "e.g. 'batch/v1/CronJob' or 'v1/ConfigMap'")
+            return cls(api_version, kind)
+        return cls(spec.api_version(), spec.kind, spec.plural)
+
+    @property
+    def group(self) -> str:
+        return self.api_version.rpartition("/")[0]
+
+    @property
+    def resource_name(self) -> str:
+        return self.plural or guess_plural(self.kind)
+
+
+class Context:
+    """What a reconcile gets besides the object: the client and the operator's helpers."""
+
+    def __init__(self, api: Api, *, field_manager: str, recorder: EventRecorder,
+                 controller: str) -> None:
+        self.api = api
+        self.client: client.ApiClient = api.client
+        self.field_manager = field_manager
+        self.controller = controller
+        self.log = logging.getLogger(f"operator_kit.controller.{controller}")
+        self._recorder = recorder
+
+    def patch_status(self, obj: R, status: Mapping[str, Any] | Any) -> R:
+        """Merge-patch `status` (a dict, or the kind's status dataclass) into the status
+        subresource; returns the object as the API server now has it."""
+        if dataclasses.is_dataclass(status) and not isinstance(status, type):
+            copy = type(obj).from_dict(obj.to_dict())
+            copy.status = status
+            patch = copy.to_dict().get("status", {})
+        elif isinstance(status, Mapping):
+            patch = dict(status)
+        else:
+            raise TypeError("patch_status takes a dict or the kind's status dataclass")
+        resource = _resource_of(type(obj))
+        updated = self.api.request(
+            "PATCH", resource.path(obj.namespace, obj.name, "status"),
+            body={"status": patch}, content_type="application/merge-patch+json")
+        return type(obj).from_dict(updated)
+
+    def apply_owned(self, owner: CustomResource, child: Any) -> dict[str, Any]:
+        """Server-side apply `child` with a controller ownerReference to `owner`.
+
+        `child` is a dict, a kubernetes client model, or a CustomResource. The field
+        manager is the operator's name; deleting the owner garbage-collects the child.
+        """
+        if isinstance(child, CustomResource):
+            body = child.to_dict()
+        elif isinstance(child, Mapping):
+            body = dict(child)
+        else:
+            body = self.client.sanitize_for_serialization(child)
+        if "apiVersion" not in body or "kind" not in body:
+            raise ValueError("apply_owned needs the child's apiVersion and kind")
+        resource = self.api.resource_for(body["apiVersion"], body["kind"])
+        meta = dict(body.get("metadata") or {})
+        if resource.namespaced and not meta.get("namespace"):
+            meta["namespace"] = owner.namespace
+        meta["ownerReferences"] = [owner_reference(owner)]
+        body["metadata"] = meta
+        result: dict[str, Any] = self.api.apply(body, field_manager=self.field_manager)
+        return result
+
+    def event(self, obj: CustomResource | Mapping[str, Any], warning: bool, reason: str,
+              note: str) -> None:
+        """Post a core Event on `obj` (shown by ``kubectl describe``); repeats aggregate."""
+        body = obj.to_dict() if isinstance(obj, CustomResource) else dict(obj)
+        self._recorder.event(body, warning=warning, reason=reason, note=note)
+
+
+def owner_reference(owner: CustomResource) -> dict[str, Any]:
+    if not owner.uid:
+        raise ValueError(f"{owner.kind} {owner.name} has no uid: read it from the API first")
+    return {"apiVersion": owner.api_version(), "kind": owner.kind, "name": owner.name,
+            "uid": owner.uid, "controller": True, "blockOwnerDeletion": True}
+
+
+def _resource_of(kind: type[CustomResource]) -> Resource:
+    group, _, version = kind.api_version().rpartition("/")
+    return Resource(group, version, kind.plural, kind.kind, kind.namespaced)
+
+
+class Controller(Generic[R]):
+    """Subclass, name the `resource`, and write `reconcile`.
+
+    Class attributes configure it (all optional but `resource`):
+    ``owns`` (kinds whose changes reconcile their controller owner: CustomResource
+    classes, ``"batch/v1/CronJob"`` strings or `Kind`), ``finalizer`` (a name; then
+    `cleanup` runs before the object goes), ``namespace`` (None: all),
+    ``label_selector``, ``field_selector``, ``max_concurrent_reconciles``, ``on_error``
+    (first retry delay after a failure, doubling up to ``max_backoff``), ``rules``
+    (extra RBAC rules reconcile needs) and ``name`` (default: the kind, lower case).
+    """
+
+    resource: type[CustomResource]
+    owns: Sequence[str | Kind | type[CustomResource]] = ()
+    finalizer: str | None = None
+    namespace: str | None = None
+    label_selector: str | None = None
+    field_selector: str | None = None
+    max_concurrent_reconciles: int = 1
+    on_error: float = 5.0
+    max_backoff: float = 300.0
+    rules: Sequence[Rule] = ()
+    name: str = ""
+
+    def __init__(self) -> None:
+        if not isinstance(getattr(self, "resource", None), type) or not issubclass(
+                self.resource, CustomResource):
+            raise TypeError(f"{type(self).__name__}.resource must name a CustomResource class")
+        if not self.name:
+            self.name = self.resource.kind.lower()
+        if self.max_concurrent_reconciles < 1:
+            raise ValueError("max_concurrent_reconciles must be at least 1")
+
+    def reconcile(self, obj: R, ctx: Context) -> Action:
+        """Make the world match `obj`. Raise to retry with backoff."""
+        raise NotImplementedError(f"{type(self).__name__} must define reconcile()")
+
+    def cleanup(self, obj: R, ctx: Context) -> None:
+        """Undo what reconcile did outside the cluster; runs once the object is being
+        deleted, before the finalizer is removed. Raise to keep the finalizer and retry."""
+
+    def owned_kinds(self) -> list[Kind]:
+        return [Kind.of(spec) for spec in self.owns]
+
+    def required_rules(self) -> list[Rule]:
+        """What this controller needs: its kind, its status, finalizers, owned kinds."""
+        kind = self.resource
+        rules = [
+            Rule([kind.group], [kind.plural], ["get", "list", "watch", "patch", "update"]),
+            Rule([kind.group], [f"{kind.plural}/status"], ["get", "patch", "update"]),
+        ]
+        for owned in self.owned_kinds():
+            rules.append(Rule([owned.group], [owned.resource_name],
+                              ["get", "list", "watch", "create", "patch", "update", "delete"]))
+        rules.append(Rule([""], ["events"], ["create", "patch", "get"]))
+        rules.extend(self.rules)
+        return rules
+
+
+def meaningful_change(event: WatchEvent) -> bool:
+    """False for an update that changed only status and bookkeeping metadata."""
+    if event.type != "MODIFIED" or event.old is None:
+        return True
+    old, new = event.old.get("metadata", {}), event.object.get("metadata", {})
+    if "generation" not in new:  # kinds without generation: any change counts
+        return True
+    return any(old.get(field) != new.get(field) for field in (
+        "generation", "labels", "annotations", "finalizers", "deletionTimestamp",
+        "ownerReferences"))
+
+
+class ControllerRunner:
+    """Runs one controller: its informers' handlers, its queue and its worker threads."""
+
+    def __init__(self, controller: Controller[Any], api: Api, *, field_manager: str,
+                 recorder: EventRecorder, stop: threading.Event,
+                 informer_for: Any) -> None:
+        self.controller = controller
+        self.api = api
+        self.name = controller.name
+        self.stop = stop
+        self.queue: WorkQueue[Key] = WorkQueue(
+            self.name, failure_backoff=Backoff(base=controller.on_error,
+                                               cap=controller.max_backoff))
+        self.context = Context(api, field_manager=field_manager, recorder=recorder,
+                               controller=self.name)
+        kind = controller.resource
+        self.primary: Informer = informer_for(_resource_of(kind), controller)
+        self.owned: list[Informer] = []
+        for owned in controller.owned_kinds():
+            resource = api.resource_for(owned.api_version, owned.kind)
+            self.owned.append(informer_for(resource, controller, owned=True))
+        self._workers: list[threading.Thread] = []
+        self._owner_group = kind.group
+        self._owner_kind = kind.kind
+        self._namespaced = kind.namespaced
+        self._reconciles = metrics.RECONCILES.labels(self.name)
+        self._errors = metrics.RECONCILE_ERRORS.labels(self.name)
+        self._duration = metrics.RECONCILE_DURATION.labels(self.name)
+        self._depth = metrics.QUEUE_DEPTH.labels(self.name)
+        self._retries = metrics.RETRIES.labels(self.name)
+        self._in_flight = metrics.IN_FLIGHT.labels(self.name)
+
+    # -- events → keys -------------------------------------------------------------------
+
+    def on_primary(self, event: WatchEvent) -> None:
+        if event.type == "DELETED" or meaningful_change(event):
+            meta = event.object["metadata"]
+            self.enqueue((meta.get("namespace") or "", meta["name"]))
+
+    def on_owned(self, event: WatchEvent) -> None:
+        for obj in (event.object, event.old):
+            if obj is None:
+                continue
+            meta = obj.get("metadata", {})
+            for ref in meta.get("ownerReferences") or ():
+                if (ref.get("controller") and ref.get("kind") == self._owner_kind
+                        and ref.get("apiVersion", "").rpartition("/")[0] == self._owner_group):
+                    namespace = meta.get("namespace") or "" if self._namespaced else ""
+                    self.enqueue((namespace, ref["name"]))
+
+    def enqueue(self, key: Key, delay: float = 0.0) -> None:
+        self.queue.add(key, delay)
+        self._depth.set(len(self.queue))
+
+    # -- workers -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.primary.add_handler(self.on_primary)
+        for informer in self.owned:
+            informer.add_handler(self.on_owned)
+        for i in range(self.controller.max_concurrent_reconciles):
+            worker = threading.Thread(target=self._work, name=f"reconcile-{self.name}-{i}",
+                                      daemon=True)
+            worker.start()
+            self._workers.append(worker)
+
+    def synced(self) -> bool:
+        return self.primary.synced.is_set() and all(i.synced.is_set() for i in self.owned)
+
+    def shut_down(self, timeout: float) -> bool:
+        """Hand out no more keys; wait up to `timeout` for reconciles in flight."""
+        self.queue.shut_down()
+        idle = self.queue.wait_idle(timeout)
+        for worker in self._workers:
+            worker.join(max(0.1, timeout))
+        return idle
+
+    def _work(self) -> None:
+        while True:
+            key = self.queue.get()
+            if key is None:
+                return
+            try:
+                self._process(key)
+            finally:
+                self.queue.done(key)
+                self._depth.set(len(self.queue))
+
+    def _process(self, key: Key) -> None:
+        raw = self.primary.get(key)
+        if raw is None:  # deleted and gone: nothing to reconcile
+            self.queue.forget(key)
+            return
+        kind = self.controller.resource
+        try:
+            obj = kind.from_dict(raw)
+        except InvalidResource as err:
+            # A stored object that does not match the type: retrying cannot help until
+            # someone changes it, so say so on the object and wait for that change.
+            log.error("%s: %s", self.name, err)
+            self.context.event(raw, True, "InvalidResource", str(err))
+            self.queue.forget(key)
+            return
+        started = time.monotonic()
+        self._in_flight.inc()
+        try:
+            action = self._finalize_or_reconcile(obj)
+        except _Conflict:
+            self.enqueue(key, 0.2)  # our cache is behind; look again once it catches up
+            return
+        except Exception as err:
+            self._errors.inc()
+            self._retries.inc()
+            delay = self.queue.add_failure(key)
+            log.error("%s: reconcile of %s failed (attempt %d, retrying in %.1fs): %s",
+                      self.name, _describe(key), self.queue.failures(key), delay, err,
+                      exc_info=not isinstance(err, ApiException))
+            self.context.event(obj, True, "ReconcileError", f"{type(err).__name__}: {err}")
+            return
+        finally:
+            self._in_flight.dec()
+            self._reconciles.inc()
+            self._duration.observe(time.monotonic() - started)
+        self.queue.forget(key)
+        if action is not None and action.requeue_after is not None:
+            self.enqueue(key, action.requeue_after)
+
+    def _finalize_or_reconcile(self, obj: CustomResource) -> Action | None:
+        finalizer = self.controller.finalizer
+        if finalizer is None:
+            if obj.deletion_timestamp:
+                return None  # being deleted by others' finalizers: nothing to make
+            return self.controller.reconcile(obj, self.context)
+        if obj.deletion_timestamp:
+            if finalizer in obj.finalizers:
+                self.controller.cleanup(obj, self.context)
+                self._set_finalizers(obj, [f for f in obj.finalizers if f != finalizer])
+            return None
+        if finalizer not in obj.finalizers:
+            obj = self._set_finalizers(obj, [*obj.finalizers, finalizer])
+        return self.controller.reconcile(obj, self.context)
+
+    def _set_finalizers(self, obj: CustomResource, finalizers: list[str]) -> CustomResource:
+        """Write the finalizer list only if the object is still the version we read."""
+        resource = _resource_of(type(obj))
+        try:
+            updated = self.api.request(
+                "PATCH", resource.path(obj.namespace, obj.name),
+                body={"metadata": {"finalizers": finalizers or None,
+                                   "resourceVersion": obj.resource_version}},
+                content_type="application/merge-patch+json")
+        except ApiException as err:
+            if err.status == 409:
+                raise _Conflict() from err
+            if err.status == 404 and not finalizers:
+                return obj  # already gone
+            raise
+        return type(obj).from_dict(updated)
+
+
+class _Conflict(Exception):
+    """Our copy of the object is stale (409): requeue and read the newer one."""
+
+
+def _describe(key: Key) -> str:
+    namespace, name = key
+    return f"{namespace}/{name}" if namespace else name

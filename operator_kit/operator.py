@@ -1,0 +1,223 @@
+"""The Operator: runs controllers (under a Lease, when asked), serves probes, stops cleanly.
+
+`Operator(name, controllers)` owns one API connection, one informer per watched kind
+(controllers that watch the same kind with the same selectors share its cache), one
+runner per controller, and the stop event every thread watches. `run()` blocks until
+SIGTERM or SIGINT, then stops: watches close, workers take no new keys, reconciles in
+flight finish (bounded by ``shutdown_timeout``), threads are joined.
+
+Under gunicorn (``OPERATOR_KIT_APP=module:operator gunicorn operator_kit.webhooks:app``)
+the same controllers run in the worker process next to the webhooks, via
+`serve_in_background()`; ``/livez``, ``/readyz`` and ``/metrics`` are on `app`.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from kubernetes import client
+
+from operator_kit.client import Api, Resource, api_client
+from operator_kit.controller import Controller, ControllerRunner
+from operator_kit.events import EventRecorder
+from operator_kit.rbac import Rule, merge_rules
+from operator_kit.watching import Informer
+
+if TYPE_CHECKING:
+    from operator_kit.webhooks import Webhooks
+
+log = logging.getLogger("operator_kit.operator")
+
+
+class Operator:
+    """A named set of controllers that run together in one process."""
+
+    def __init__(
+        self,
+        name: str,
+        controllers: Sequence[Controller[Any]] = (),
+        *,
+        kubeconfig: str | None = None,
+        shutdown_timeout: float = 30.0,
+        watch_stall_timeout: float = 90.0,
+    ) -> None:
+        self.name = name
+        self.controllers: list[Controller[Any]] = []
+        self.kubeconfig = kubeconfig
+        self.shutdown_timeout = shutdown_timeout
+        self.watch_stall_timeout = watch_stall_timeout
+        self.stopping = threading.Event()
+        self._api: Api | None = None
+        self._informers: dict[tuple[str, str | None, str | None, str | None], Informer] = {}
+        self._runners: list[ControllerRunner] = []
+        self._started = False
+        self._lock = threading.Lock()
+        self._webhooks: Webhooks | None = None
+        for controller in controllers:
+            self.add(controller)
+
+    # -- declaring -------------------------------------------------------------------------
+
+    def add(self, controller: Controller[Any]) -> Controller[Any]:
+        if self._started:
+            raise RuntimeError("add controllers before the operator starts")
+        if any(c.name == controller.name for c in self.controllers):
+            raise ValueError(f"two controllers named {controller.name!r}; give one a `name`")
+        self.controllers.append(controller)
+        return controller
+
+    def rules(self) -> list[Rule]:
+        """Every RBAC rule this operator needs, merged per API group and resource."""
+        rules: list[Rule] = []
+        for controller in self.controllers:
+            rules.extend(controller.required_rules())
+        return merge_rules(rules)
+
+    @property
+    def api(self) -> Api:
+        if self._api is None:
+            self._api = Api(api_client(self.kubeconfig))
+        return self._api
+
+    def use(self, api_client_: client.ApiClient) -> None:
+        """Run against this ApiClient instead of the kubeconfig (tests, embedding)."""
+        self._api = Api(api_client_)
+
+    # -- probes and the web app ------------------------------------------------------------
+
+    @property
+    def webhooks(self) -> Webhooks:
+        """The Flask app that serves this operator's webhooks, probes and metrics."""
+        if self._webhooks is None:
+            from operator_kit.webhooks import Webhooks
+
+            self._webhooks = Webhooks(self.name)
+            _add_probes(self._webhooks, self)
+        return self._webhooks
+
+    @property
+    def app(self) -> Webhooks:
+        return self.webhooks
+
+    def ready(self) -> bool:
+        """Ready once every controller runs with synced caches."""
+        return self._started and not self.stopping.is_set() and all(
+            runner.synced() for runner in self._runners)
+
+    def live(self) -> bool:
+        """Alive while not stopping, or while stopping within the shutdown bound."""
+        return not self.stopping.is_set() or self._started
+
+    # -- running ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start every controller's watches and workers; returns at once."""
+        with self._lock:
+            if self._started:
+                return
+            if not self.controllers:
+                raise RuntimeError(f"operator {self.name} has no controllers to run")
+            recorder = EventRecorder(self.api, self.name)
+            for controller in self.controllers:
+                self._runners.append(ControllerRunner(
+                    controller, self.api, field_manager=self.name, recorder=recorder,
+                    stop=self.stopping, informer_for=self._informer_for))
+            for informer in self._informers.values():
+                informer.start()
+            for runner in self._runners:
+                runner.start()
+            self._started = True
+        log.info("operator %s started %d controller(s): %s", self.name, len(self._runners),
+                 ", ".join(r.name for r in self._runners))
+
+    def _informer_for(self, resource: Resource, controller: Controller[Any],
+                      owned: bool = False) -> Informer:
+        labels = None if owned else controller.label_selector
+        fields = None if owned else controller.field_selector
+        key = (str(resource), controller.namespace, labels, fields)
+        if key not in self._informers:
+            self._informers[key] = Informer(
+                self.api, resource, stop=self.stopping, namespace=controller.namespace,
+                label_selector=labels, field_selector=fields,
+                stall_timeout=self.watch_stall_timeout)
+        return self._informers[key]
+
+    def wait_synced(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not self.ready():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """Stop watching, let reconciles in flight finish (bounded), join every thread.
+
+        True when every in-flight reconcile finished within the bound."""
+        bound = self.shutdown_timeout if timeout is None else timeout
+        self.stopping.set()
+        for informer in self._informers.values():
+            informer.interrupt()
+        deadline = time.monotonic() + bound
+        clean = True
+        for runner in self._runners:
+            clean &= runner.shut_down(max(0.0, deadline - time.monotonic()))
+        for informer in self._informers.values():
+            informer.join(max(0.1, deadline - time.monotonic()))
+        if not clean:
+            log.warning("operator %s: reconciles still running after %.0fs; exiting anyway",
+                        self.name, bound)
+        log.info("operator %s stopped", self.name)
+        return clean
+
+    def serve_in_background(self) -> None:
+        """Start the controllers without blocking (used in the gunicorn worker)."""
+        self.start()
+
+    def run(self) -> int:
+        """Run until SIGTERM or SIGINT; then stop cleanly. Returns the exit code."""
+        received: list[int] = []
+
+        def on_signal(signum: int, _frame: Any) -> None:
+            received.append(signum)
+            self.stopping.set()
+
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            self.start()
+            while not self.stopping.wait(1.0):
+                pass
+            if received:
+                log.info("operator %s: received %s, stopping", self.name,
+                         signal.Signals(received[0]).name)
+            return 0 if self.stop() else 1
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+def _add_probes(app: Webhooks, operator: Operator) -> None:
+    from flask import Response
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    def livez() -> Response:
+        ok = operator.live()
+        return Response("ok\n" if ok else "stopping\n", 200 if ok else 503,
+                        mimetype="text/plain")
+
+    def readyz() -> Response:
+        ok = operator.ready()
+        return Response("ok\n" if ok else "not ready\n", 200 if ok else 503,
+                        mimetype="text/plain")
+
+    def metrics_view() -> Response:
+        return Response(generate_latest(), mimetype=CONTENT_TYPE_LATEST)
+
+    app.add_url_rule("/livez", "livez", livez)
+    app.add_url_rule("/readyz", "readyz", readyz)
+    app.add_url_rule("/metrics", "metrics", metrics_view)

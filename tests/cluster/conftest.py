@@ -1,0 +1,134 @@
+"""Shared pieces for controller tests: a Widget kind and an operator run in-process."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from operator_kit import Action, Context, Controller, CustomResource, Operator, PrinterColumn
+from operator_kit.localcluster import LocalCluster
+from operator_kit.testing import Namespace, TestCluster
+
+
+@dataclass
+class WidgetSpec:
+    """How big the widget is."""
+
+    size: int
+    message: str = "hello"
+
+
+@dataclass
+class WidgetStatus:
+    observed_size: int | None = None
+    observed_generation: int | None = None
+
+
+class Widget(CustomResource):
+    group = "ctl.operator-kit.test"
+    version = "v1"
+    kind = "Widget"
+    plural = "widgets"
+    printer_columns = (PrinterColumn("Size", ".spec.size", type="integer"),)
+    spec: WidgetSpec
+    status: WidgetStatus
+
+
+class Recorder:
+    """Counts reconciles per object name, thread-safely, and lets a test wait on them."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, float]] = []
+        self._cond = threading.Condition()
+
+    def record(self, name: str, at: float) -> None:
+        with self._cond:
+            self.calls.append((name, at))
+            self._cond.notify_all()
+
+    def count(self, name: str) -> int:
+        with self._cond:
+            return sum(1 for n, _ in self.calls if n == name)
+
+    def times(self, name: str) -> list[float]:
+        with self._cond:
+            return [t for n, t in self.calls if n == name]
+
+
+class WidgetController(Controller[Widget]):
+    """Keeps a ConfigMap per Widget holding its size, and reports what it saw in status."""
+
+    resource = Widget
+    owns = ("v1/ConfigMap",)
+
+    def __init__(self, namespace: str, recorder: Recorder | None = None,
+                 action: Callable[[Widget], Action] | None = None) -> None:
+        super().__init__()
+        self.namespace = namespace
+        self.recorder = recorder or Recorder()
+        self.action = action or (lambda _obj: Action.await_change())
+
+    def reconcile(self, obj: Widget, ctx: Context) -> Action:
+        import time
+
+        self.recorder.record(obj.name, time.monotonic())
+        ctx.apply_owned(obj, {
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": obj.name},
+            "data": {"size": str(obj.spec.size), "message": obj.spec.message},
+        })
+        ctx.patch_status(obj, {"observed_size": obj.spec.size,
+                               "observed_generation": obj.generation})
+        return self.action(obj)
+
+
+@pytest.fixture(scope="session")
+def widget_kind(cluster: TestCluster) -> type[Widget]:
+    cluster.install_crd(Widget)
+    return Widget
+
+
+@pytest.fixture
+def run_operator(cluster: TestCluster) -> Iterator[Callable[..., Operator]]:
+    """Start an operator with the given controllers; stopped after the test."""
+    started: list[Operator] = []
+
+    def run(*controllers: Controller[Any], name: str = "test-operator",
+            **options: Any) -> Operator:
+        operator = Operator(name, controllers, **options)
+        operator.use(cluster.client)
+        operator.start()
+        started.append(operator)
+        assert operator.wait_synced(30), "caches did not sync"
+        return operator
+
+    yield run
+    for operator in started:
+        operator.stop(timeout=10)
+
+
+def create_widget(ns: Namespace, name: str, size: int = 1, **metadata: Any) -> dict[str, Any]:
+    body = Widget(name, WidgetSpec(size=size), namespace=ns.name).to_dict()
+    body["metadata"].update(metadata)
+    result: dict[str, Any] = ns.api.request(
+        "POST", f"/apis/{Widget.api_version()}/namespaces/{ns.name}/widgets", body=body)
+    return result
+
+
+def widget_path(ns: Namespace, name: str) -> str:
+    return f"/apis/{Widget.api_version()}/namespaces/{ns.name}/widgets/{name}"
+
+
+@pytest.fixture(scope="session")
+def local_plane(cluster: TestCluster) -> LocalCluster:
+    """The project's local plane behind the test cluster, for tests that restart parts of it."""
+    folder = Path(cluster.kubeconfig).parent
+    if not (folder / "state.json").exists():
+        pytest.skip("this test restarts control-plane processes: it needs the local plane "
+                    "(python -m operator_kit.localcluster up), not kind or k3d")
+    return LocalCluster(folder)
