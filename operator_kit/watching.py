@@ -154,6 +154,7 @@ class Informer:
                 if resource_version is None:
                     resource_version = self._relist()
                     self.synced.set()
+                    continue  # look at the stop event before opening a watch
                 resource_version = self._watch(resource_version)
                 attempt = 0
             except _Expired:
@@ -237,6 +238,8 @@ class Informer:
             timeout=(10.0, self.stall_timeout), stream=True,
         )
         self._response = response
+        if self._stop.is_set():  # stopped while connecting: interrupt() may have missed it
+            _abort(response)
         try:
             for line in _lines(response):
                 if self._stop.is_set():

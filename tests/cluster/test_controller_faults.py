@@ -1,0 +1,227 @@
+"""Controllers keep converging when the API server, etcd or the network misbehave."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+from prometheus_client import REGISTRY
+
+from operator_kit import Operator
+from operator_kit.localcluster import LocalCluster
+from operator_kit.testing import Namespace, TestCluster, eventually
+from operator_kit.testing.faults import TcpProxy, proxied_client
+
+from .conftest import Recorder, WidgetController, create_widget, widget_path
+
+pytestmark = pytest.mark.usefixtures("widget_kind")
+
+RunOperator = Callable[..., Operator]
+
+
+def size_in_config_map(ns: Namespace, name: str) -> str | None:
+    cm = ns.get("v1", "ConfigMap", name)
+    return cm["data"]["size"] if cm else None
+
+
+def set_size(ns: Namespace, name: str, size: int) -> None:
+    ns.api.request("PATCH", widget_path(ns, name), body={"spec": {"size": size}},
+                   content_type="application/merge-patch+json")
+
+
+def restarts(reason: str) -> float:
+    return REGISTRY.get_sample_value("operator_kit_watch_restarts_total",
+                                     {"resource": "widgets.ctl.operator-kit.test",
+                                      "reason": reason}) or 0.0
+
+
+@pytest.fixture
+def proxy(local_plane: LocalCluster) -> Iterator[TcpProxy]:
+    with TcpProxy("127.0.0.1", local_plane.state.apiserver_port) as p:
+        yield p
+
+
+def run_through(proxy: TcpProxy, cluster: TestCluster, controller: WidgetController,
+                **options: Any) -> Operator:
+    operator = Operator("test-operator", [controller], **options)
+    operator.use(proxied_client(cluster.client, proxy))
+    operator.start()
+    assert operator.wait_synced(30)
+    return operator
+
+
+def etcd_compact(plane: LocalCluster) -> int:
+    def post(path: str, body: dict[str, Any]) -> Any:
+        request = urllib.request.Request(plane.etcd_url + path, data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.loads(response.read())
+
+    revision = int(post("/v3/kv/range", {"key": "AA=="})["header"]["revision"])
+    post("/v3/kv/compaction", {"revision": revision, "physical": True})
+    return revision
+
+
+def test_changes_made_while_the_api_server_restarts_are_not_lost(
+        namespace: Namespace, run_operator: RunOperator, local_plane: LocalCluster) -> None:
+    run_operator(WidgetController(namespace.name))
+    create_widget(namespace, "a", size=1)
+    create_widget(namespace, "b", size=1)
+    eventually(20, lambda: size_in_config_map(namespace, "b") == "1")
+    local_plane.restart("kube-apiserver")
+    set_size(namespace, "a", 2)
+    create_widget(namespace, "c", size=3)
+    eventually(60, lambda: size_in_config_map(namespace, "a") == "2")
+    eventually(60, lambda: size_in_config_map(namespace, "c") == "3")
+    cms = namespace.list("v1", "ConfigMap", labelSelector="!unused")
+    owned = [cm["metadata"]["name"] for cm in cms if cm["metadata"].get("ownerReferences")]
+    assert sorted(owned) == ["a", "b", "c"], "no duplicate or missing owned objects"
+
+
+def test_watch_that_expires_after_compaction_relists_and_converges(
+        namespace: Namespace, cluster: TestCluster, local_plane: LocalCluster,
+        proxy: TcpProxy) -> None:
+    operator = run_through(proxy, cluster, WidgetController(namespace.name))
+    try:
+        create_widget(namespace, "a", size=1)
+        eventually(20, lambda: size_in_config_map(namespace, "a") == "1")
+        expired_before = restarts("expired")
+        proxy.pause()  # the operator sees nothing from here on
+        set_size(namespace, "a", 2)
+        create_widget(namespace, "b", size=5)
+        etcd_compact(local_plane)
+        # A fresh API server has a fresh watch cache: resuming from the operator's old
+        # resourceVersion is now 410 Gone, as it is after any long enough outage.
+        local_plane.restart("kube-apiserver")
+        proxy.cut()
+        proxy.resume()
+        eventually(60, lambda: size_in_config_map(namespace, "a") == "2")
+        eventually(60, lambda: size_in_config_map(namespace, "b") == "5")
+        assert restarts("expired") > expired_before, "the watch relisted after 410 Gone"
+    finally:
+        operator.stop(timeout=10)
+
+
+def test_stalled_watch_is_detected_and_reopened(namespace: Namespace, cluster: TestCluster,
+                                                proxy: TcpProxy) -> None:
+    operator = run_through(proxy, cluster, WidgetController(namespace.name),
+                           watch_stall_timeout=2.0)
+    try:
+        create_widget(namespace, "a", size=1)
+        eventually(20, lambda: size_in_config_map(namespace, "a") == "1")
+        stalled_before = restarts("stalled")
+        proxy.pause()  # sockets stay open, nothing passes: only a timeout can notice
+        set_size(namespace, "a", 2)
+        eventually(15, lambda: restarts("stalled") > stalled_before,
+                   message="stall detected within its timeout")
+        proxy.resume()
+        eventually(30, lambda: size_in_config_map(namespace, "a") == "2")
+    finally:
+        operator.stop(timeout=10)
+
+
+def test_missing_rbac_on_the_watch_is_logged_and_retried(
+        namespace: Namespace, cluster: TestCluster, caplog: pytest.LogCaptureFixture) -> None:
+    from kubernetes import client
+
+    core = client.CoreV1Api(cluster.client)
+    core.create_namespaced_service_account(namespace.name, {"metadata": {"name": "nobody"}})
+    token = core.create_namespaced_service_account_token(
+        "nobody", namespace.name, {"spec": {"expirationSeconds": 600}}).status.token
+    configuration = client.Configuration()
+    configuration.host = cluster.client.configuration.host
+    configuration.ssl_ca_cert = cluster.client.configuration.ssl_ca_cert
+    configuration.api_key = {"authorization": "Bearer " + token}
+    operator = Operator("test-operator", [WidgetController(namespace.name)])
+    operator.use(client.ApiClient(configuration))
+    caplog.set_level("ERROR", logger="operator_kit.watching")
+    operator.start()
+    try:
+        eventually(10, lambda: any("forbidden" in r.message and "widgets" in r.message
+                                   and "list and watch" in r.message for r in caplog.records))
+        assert not operator.ready(), "an operator that cannot watch is not ready"
+        assert operator._informers, "and it keeps trying"
+        assert all(i._thread is not None and i._thread.is_alive()
+                   for i in operator._informers.values())
+    finally:
+        operator.stop(timeout=10)
+
+
+SLOW_OPERATOR = """
+import logging, sys, time
+logging.basicConfig(level=logging.DEBUG, format="%(relativeCreated)d %(threadName)s %(message)s")
+logging.getLogger("urllib3").setLevel(logging.WARNING)
+logging.getLogger("kubernetes").setLevel(logging.WARNING)
+from operator_kit import Action, Operator
+from tests.cluster.conftest import WidgetController
+
+class Slow(WidgetController):
+    def reconcile(self, obj, ctx):
+        print("reconciling", obj.name, flush=True)
+        time.sleep(3)
+        ctx.patch_status(obj, {"observed_size": obj.spec.size})
+        print("finished", obj.name, flush=True)
+        return Action.await_change()
+
+sys.exit(Operator("slow", [Slow(sys.argv[1])], kubeconfig=sys.argv[2]).run())
+"""
+
+
+def test_sigterm_during_a_reconcile_lets_it_finish(namespace: Namespace,
+                                                  cluster: TestCluster) -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-c", SLOW_OPERATOR, namespace.name, cluster.kubeconfig],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    try:
+        create_widget(namespace, "w", size=4)
+        assert process.stdout is not None
+        for line in process.stdout:
+            if line.startswith("reconciling w"):
+                break
+        process.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        output = process.communicate(timeout=60)[0]
+        assert time.monotonic() - signalled < 10, output
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, output
+    assert "finished w" in output
+    status = namespace.api.get(widget_path(namespace, "w")).get("status", {})
+    assert status.get("observed_size") == 4, "the in-flight reconcile completed its write"
+
+
+def test_reconcile_that_raises_on_some_objects_does_not_hold_up_others(
+        namespace: Namespace, run_operator: RunOperator) -> None:
+    class Picky(WidgetController):
+        on_error = 0.2
+
+        def reconcile(self, obj: Any, ctx: Any) -> Any:
+            if obj.name.startswith("bad"):
+                self.recorder.record(obj.name, 0.0)
+                raise ValueError("bad widget")
+            return super().reconcile(obj, ctx)
+
+    recorder = Recorder()
+    run_operator(Picky(namespace.name, recorder))
+    create_widget(namespace, "bad-1")
+    for i in range(5):
+        create_widget(namespace, f"good-{i}", size=i)
+    for i in range(5):
+        eventually(20, lambda i=i: size_in_config_map(namespace, f"good-{i}") == str(i))
+    eventually(10, lambda: recorder.count("bad-1") >= 3, message="the failing one is retried")
+    try:
+        namespace.api.get(f"/api/v1/namespaces/{namespace.name}/configmaps/bad-1")
+        raise AssertionError("bad-1 must not have been reconciled")
+    except ApiException as err:
+        assert err.status == 404
