@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -88,7 +89,7 @@ def test_requeue_reconciles_again_after_the_delay(namespace: Namespace,
     create_widget(namespace, "w")
     eventually(20, lambda: recorder.count("w") >= 3)
     times = recorder.times("w")
-    gaps = [b - a for a, b in zip(times[1:], times[2:])]
+    gaps = [b - a for a, b in itertools.pairwise(times[1:])]
     assert all(0.9 <= gap < 3.0 for gap in gaps), gaps
 
 
@@ -148,7 +149,7 @@ def test_failure_backoff_doubles_per_failure_and_a_success_resets_it(
         assert expected - 0.1 <= delay <= expected, seen
     assert runner.queue.failures(key) == 0, "a success resets the failure count"
     times = controller.recorder.times("w")
-    gaps = [b - a for a, b in zip(times, times[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
     assert [round(g / 0.2) for g in gaps[:4]] == [1, 2, 4, 8], gaps
     errors = REGISTRY.get_sample_value("operator_kit_controller_reconcile_errors_total",
                                        {"controller": "widget"})
