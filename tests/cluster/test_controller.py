@@ -14,7 +14,7 @@ from prometheus_client import REGISTRY
 from operator_kit import Action, Context, Operator
 from operator_kit.testing import Namespace, eventually
 
-from .conftest import Recorder, Widget, WidgetController, create_widget, widget_path
+from .conftest import Recorder, Widget, WidgetController, WidgetSpec, create_widget, widget_path
 
 pytestmark = pytest.mark.usefixtures("widget_kind")
 
@@ -283,3 +283,34 @@ def test_reconcile_counters_move(namespace: Namespace, run_operator: RunOperator
     depth = REGISTRY.get_sample_value("operator_kit_controller_queue_depth",
                                       {"controller": "widget"})
     assert depth is not None
+
+
+class ModelChildController(WidgetController):
+    """Owns a ConfigMap given as a kubernetes client model rather than a dict."""
+
+    def reconcile(self, obj: Widget, ctx: Context) -> Action:
+        from kubernetes import client
+
+        ctx.apply_owned(obj, client.V1ConfigMap(
+            api_version="v1", kind="ConfigMap",
+            metadata=client.V1ObjectMeta(name=f"{obj.name}-model"),
+            data={"size": str(obj.spec.size)}))
+        child = Widget(f"{obj.name}-child", WidgetSpec(size=obj.spec.size + 1),
+                       labels={"child": "true"})  # excluded by the selector below
+        ctx.apply_owned(obj, child)
+        return Action.await_change()
+
+
+def test_apply_owned_takes_client_models_and_custom_resources(
+        namespace: Namespace, run_operator: RunOperator) -> None:
+    controller = ModelChildController(namespace.name)
+    controller.label_selector = "!child"
+    run_operator(controller)
+    create_widget(namespace, "w", size=2)
+    cm = eventually(20, lambda: config_map(namespace, "w-model"))
+    assert cm["data"] == {"size": "2"}
+    assert cm["metadata"]["ownerReferences"][0]["name"] == "w"
+    child = eventually(20, lambda: namespace.get(Widget.api_version(), "Widget", "w-child"))
+    assert child["spec"]["size"] == 3
+    owner_uid = widget(namespace, "w")["metadata"]["uid"]
+    assert child["metadata"]["ownerReferences"][0]["uid"] == owner_uid
