@@ -1,10 +1,35 @@
 """Manifests written from the code, so they never drift from it.
 
-`crd(Kind)` writes a CustomResourceDefinition from a `CustomResource` type (every version
-it has, the status subresource, printer columns); `with_conversion_webhook` points a CRD's
-conversion at the operator's webhook server.
+- `crd(Kind)`: the CustomResourceDefinition from a `CustomResource` type (every version
+  it has, the status subresource, printer columns); `with_conversion_webhook` points its
+  conversion at the operator's webhook server.
+- `Rbac(name, namespace).rules(...).documents()`: ServiceAccount, ClusterRole (rules
+  merged per resource) and ClusterRoleBinding; `.leader_election()` adds the Lease Role.
+- `webhook_configuration(name, mutating, target, rules, fail_closed)` with
+  `WebhookTarget` and `WebhookRule`: Validating/MutatingWebhookConfigurations.
+- `to_yaml(docs)`: a deterministic YAML stream.
+
+``python -m operator_kit.manifests MODULE:ATTR`` prints everything an operator needs.
 """
 
 from operator_kit.manifests._crd import crd, with_conversion_webhook
+from operator_kit.manifests._rbac import LEASE_RULE, Rbac
+from operator_kit.manifests._webhooks import (
+    WebhookRule,
+    WebhookTarget,
+    webhook_configuration,
+    webhook_name,
+)
+from operator_kit.manifests._yaml import to_yaml
 
-__all__ = ["crd", "with_conversion_webhook"]
+__all__ = [
+    "LEASE_RULE",
+    "Rbac",
+    "WebhookRule",
+    "WebhookTarget",
+    "crd",
+    "to_yaml",
+    "webhook_configuration",
+    "webhook_name",
+    "with_conversion_webhook",
+]

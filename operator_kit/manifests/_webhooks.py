@@ -1,0 +1,100 @@
+"""Validating and mutating webhook configurations, written from the registrations.
+
+A `WebhookTarget` says where the API server reaches the operator's webhook server (a
+Service, as in a cluster, and the CA that signed its certificate); a `WebhookRule` says
+which kind and operations go to which path. The configuration is written with what the
+API server requires and what is safe: ``admissionReviewVersions: [v1]``,
+``sideEffects: None``, a timeout, and a failure policy that users choose
+(``fail_closed``).
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from operator_kit.resources import CustomResource
+
+
+@dataclass(frozen=True)
+class WebhookTarget:
+    """Where the API server sends webhook calls: ``https://<service>.<namespace>.svc:<port>``."""
+
+    service: str
+    namespace: str
+    port: int = 443
+    ca_bundle: bytes | None = None
+
+    def client_config(self, path: str) -> dict[str, Any]:
+        config: dict[str, Any] = {"service": {
+            "name": self.service, "namespace": self.namespace, "path": path, "port": self.port,
+        }}
+        if self.ca_bundle:
+            config["caBundle"] = base64.b64encode(self.ca_bundle).decode()
+        return config
+
+
+@dataclass(frozen=True)
+class WebhookRule:
+    """Send `operations` on `kind` (every version it has) to the webhook at `path`."""
+
+    kind: type[CustomResource]
+    path: str
+    operations: tuple[str, ...] = ("CREATE", "UPDATE")
+
+    def rule(self) -> dict[str, Any]:
+        kind = self.kind
+        return {
+            "apiGroups": [kind.group],
+            "apiVersions": sorted(v.version for v in kind.versions()),
+            "operations": list(self.operations),
+            "resources": [kind.plural],
+            "scope": "Namespaced" if kind.namespaced else "Cluster",
+        }
+
+
+def webhook_name(rule: WebhookRule) -> str:
+    """A fully qualified webhook name from the path and the kind's group."""
+    slug = re.sub(r"[^a-z0-9]+", "-", rule.path.lower()).strip("-") or "webhook"
+    return f"{slug}.{rule.kind.group}"
+
+
+def webhook_configuration(
+    name: str,
+    mutating: bool,
+    target: WebhookTarget,
+    rules: Sequence[WebhookRule],
+    fail_closed: bool = True,
+    *,
+    namespace_selector: Mapping[str, Any] | None = None,
+    object_selector: Mapping[str, Any] | None = None,
+    timeout_seconds: int = 10,
+) -> dict[str, Any]:
+    """A Validating- or MutatingWebhookConfiguration with one webhook per rule."""
+    if not 1 <= timeout_seconds <= 30:
+        raise ValueError("timeout_seconds must be between 1 and 30 (the API server's limit)")
+    webhooks = []
+    for rule in rules:
+        hook: dict[str, Any] = {
+            "name": webhook_name(rule),
+            "admissionReviewVersions": ["v1"],
+            "sideEffects": "None",
+            "failurePolicy": "Fail" if fail_closed else "Ignore",
+            "matchPolicy": "Equivalent",
+            "timeoutSeconds": timeout_seconds,
+            "clientConfig": target.client_config(rule.path),
+            "rules": [rule.rule()],
+        }
+        if namespace_selector is not None:
+            hook["namespaceSelector"] = dict(namespace_selector)
+        if object_selector is not None:
+            hook["objectSelector"] = dict(object_selector)
+        if mutating:
+            hook["reinvocationPolicy"] = "Never"
+        webhooks.append(hook)
+    kind = "MutatingWebhookConfiguration" if mutating else "ValidatingWebhookConfiguration"
+    return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
+            "metadata": {"name": name}, "webhooks": webhooks}
