@@ -9,6 +9,7 @@ Only the public names are here; everything else is internal to its module.
 """
 
 from operator_kit.controller import Action, Context, Controller, Kind
+from operator_kit.leader import LeaderElection
 from operator_kit.operator import Operator
 from operator_kit.rbac import Rule
 from operator_kit.resources import CustomResource, InvalidResource, PrinterColumn
@@ -22,6 +23,7 @@ __all__ = [
     "CustomResource",
     "InvalidResource",
     "Kind",
+    "LeaderElection",
     "Operator",
     "PrinterColumn",
     "Rule",

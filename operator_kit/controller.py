@@ -35,7 +35,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -250,8 +250,9 @@ class ControllerRunner:
 
     def __init__(self, controller: Controller[Any], api: Api, *, field_manager: str,
                  recorder: EventRecorder, stop: threading.Event,
-                 informer_for: Any) -> None:
+                 informer_for: Any, may_reconcile: Callable[[], bool] = lambda: True) -> None:
         self.controller = controller
+        self.may_reconcile = may_reconcile
         self.api = api
         self.name = controller.name
         self.stop = stop
@@ -327,6 +328,13 @@ class ControllerRunner:
             key = self.queue.get()
             if key is None:
                 return
+            if not self.may_reconcile():
+                # Fenced: this replica may no longer hold the Lease. Keep the key for
+                # whoever leads next; the operator is on its way out.
+                self.queue.done(key)
+                self.queue.add(key)
+                self.stop.wait(0.5)
+                continue
             try:
                 self._process(key)
             finally:

@@ -14,6 +14,7 @@ the same controllers run in the worker process next to the webhooks, via
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 import time
@@ -22,9 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 from kubernetes import client
 
-from operator_kit.client import Api, Resource, api_client
+from operator_kit import leader
+from operator_kit.client import Api, Resource, api_client, current_namespace
 from operator_kit.controller import Controller, ControllerRunner
 from operator_kit.events import EventRecorder
+from operator_kit.leader import LeaderElection, LeaderElector
 from operator_kit.rbac import Rule, merge_rules
 from operator_kit.watching import Informer
 
@@ -42,11 +45,21 @@ class Operator:
         name: str,
         controllers: Sequence[Controller[Any]] = (),
         *,
+        leader_election: LeaderElection | None = None,
+        namespace: str | None = None,
         kubeconfig: str | None = None,
         shutdown_timeout: float = 30.0,
         watch_stall_timeout: float = 90.0,
+        exit_on_lost_lease: bool = True,
     ) -> None:
         self.name = name
+        self.leader_election = leader_election
+        self._namespace = namespace
+        self.exit_on_lost_lease = exit_on_lost_lease
+        self.lost_lease = False
+        self._elector: LeaderElector | None = None
+        self._elector_stop = threading.Event()
+        self._elector_thread: threading.Thread | None = None
         self.controllers: list[Controller[Any]] = []
         self.kubeconfig = kubeconfig
         self.shutdown_timeout = shutdown_timeout
@@ -76,7 +89,20 @@ class Operator:
         rules: list[Rule] = []
         for controller in self.controllers:
             rules.extend(controller.required_rules())
+        if self.leader_election is not None:
+            rules.append(leader.rule())
         return merge_rules(rules)
+
+    @property
+    def namespace(self) -> str:
+        """The namespace this operator runs in (its Lease lives there)."""
+        if self._namespace is None:
+            self._namespace = current_namespace(self.kubeconfig)
+        return self._namespace
+
+    @property
+    def elector(self) -> LeaderElector | None:
+        return self._elector
 
     @property
     def api(self) -> Api:
@@ -105,9 +131,17 @@ class Operator:
         return self.webhooks
 
     def ready(self) -> bool:
-        """Ready once every controller runs with synced caches."""
-        return self._started and not self.stopping.is_set() and all(
-            runner.synced() for runner in self._runners)
+        """Ready once every controller runs with synced caches, or while following a leader."""
+        if self.stopping.is_set():
+            return False
+        if self._started:
+            return all(runner.synced() for runner in self._runners)
+        elector = self._elector
+        return elector is not None and elector.holder not in (None, elector.identity)
+
+    def leading(self) -> bool:
+        """True while this replica may reconcile (always, without leader election)."""
+        return self._elector.may_reconcile() if self._elector else self._started
 
     def live(self) -> bool:
         """Alive while not stopping, or while stopping within the shutdown bound."""
@@ -116,17 +150,48 @@ class Operator:
     # -- running ---------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start every controller's watches and workers; returns at once."""
+        """Start the controllers — at once, or once this replica holds the Lease."""
+        if not self.controllers:
+            raise RuntimeError(f"operator {self.name} has no controllers to run")
+        if self.leader_election is None:
+            self._start_controllers()
+            return
+        if self._elector is not None:
+            return
+        config = self.leader_election
+        self._elector = LeaderElector(
+            self.api, config, namespace=config.namespace or self.namespace,
+            name=config.lease_name or self.name, operator=self.name,
+            on_started_leading=self._start_controllers,
+            on_stopped_leading=self._lost_lease)
+        log.info("operator %s: waiting to lead (lease %s/%s, identity %s)", self.name,
+                 self._elector.namespace, self._elector.lease_name, self._elector.identity)
+        self._elector_thread = self._elector.start(self._elector_stop)
+
+    def _lost_lease(self) -> None:
+        """Fencing: a leader that could not renew in time stops at once and exits."""
+        self.lost_lease = True
+        self.stopping.set()
+        for informer in self._informers.values():
+            informer.interrupt()
+        if self.exit_on_lost_lease:
+            log.critical("operator %s lost its lease: exiting now so no reconcile can run "
+                         "after another replica takes over", self.name)
+            logging.shutdown()
+            os._exit(1)
+        log.critical("operator %s lost its lease: stopped reconciling", self.name)
+
+    def _start_controllers(self) -> None:
         with self._lock:
-            if self._started:
+            if self._started or self.stopping.is_set():
                 return
-            if not self.controllers:
-                raise RuntimeError(f"operator {self.name} has no controllers to run")
+            may_reconcile = self._elector.may_reconcile if self._elector else _always
             recorder = EventRecorder(self.api, self.name)
             for controller in self.controllers:
                 self._runners.append(ControllerRunner(
                     controller, self.api, field_manager=self.name, recorder=recorder,
-                    stop=self.stopping, informer_for=self._informer_for))
+                    stop=self.stopping, informer_for=self._informer_for,
+                    may_reconcile=may_reconcile))
             for informer in self._informers.values():
                 informer.start()
             for runner in self._runners:
@@ -172,6 +237,11 @@ class Operator:
         if not clean:
             log.warning("operator %s: reconciles still running after %.0fs; exiting anyway",
                         self.name, bound)
+        # Release the Lease only now that no reconcile of ours can still be writing, so
+        # the follower that takes over at once never overlaps with us.
+        self._elector_stop.set()
+        if self._elector_thread is not None:
+            self._elector_thread.join(max(1.0, deadline - time.monotonic()))
         log.info("operator %s stopped", self.name)
         return clean
 
@@ -195,10 +265,15 @@ class Operator:
             if received:
                 log.info("operator %s: received %s, stopping", self.name,
                          signal.Signals(received[0]).name)
-            return 0 if self.stop() else 1
+            clean = self.stop()
+            return 1 if self.lost_lease or not clean else 0
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+
+def _always() -> bool:
+    return True
 
 
 def _add_probes(app: Webhooks, operator: Operator) -> None:

@@ -1,0 +1,54 @@
+"""One operator replica for leader-election tests: ``python -m tests.cluster.replica``.
+
+Each reconcile stamps the replica's identity into the Widget's ConfigMap, so a test can
+prove from the objects which replica reconciled, and when.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+
+from operator_kit import Action, Context, LeaderElection, Operator
+from tests.cluster.conftest import Widget, WidgetController
+
+
+class StampingController(WidgetController):
+    identity = ""
+
+    def reconcile(self, obj: Widget, ctx: Context) -> Action:
+        ctx.apply_owned(obj, {
+            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": obj.name},
+            "data": {"size": str(obj.spec.size), "reconciled_by": self.identity,
+                     "at": repr(time.time())},
+        })
+        print(f"reconciled {obj.name} size={obj.spec.size}", flush=True)
+        return Action.await_change()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("namespace")
+    parser.add_argument("kubeconfig")
+    parser.add_argument("identity")
+    parser.add_argument("--lease-duration", type=float, default=15.0)
+    parser.add_argument("--renew-deadline", type=float, default=10.0)
+    parser.add_argument("--retry-period", type=float, default=2.0)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, stream=sys.stdout,
+                        format="%(asctime)s %(threadName)s %(name)s %(message)s")
+    controller = StampingController(args.namespace)
+    controller.identity = args.identity
+    operator = Operator(
+        "replica-test", [controller], namespace=args.namespace, kubeconfig=args.kubeconfig,
+        leader_election=LeaderElection(
+            lease_name="replica-test", identity=args.identity,
+            lease_duration=args.lease_duration, renew_deadline=args.renew_deadline,
+            retry_period=args.retry_period))
+    return operator.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

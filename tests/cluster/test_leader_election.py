@@ -1,0 +1,202 @@
+"""Leader election with real operator processes: one reconciles, failover, fencing.
+
+Replicas (tests/cluster/replica.py) stamp their identity into each Widget's ConfigMap, so
+who reconciled is read from the objects, not from logs. Timings are shortened (lease
+4 s, renew deadline 3 s, retry 0.5 s) to keep the suite quick; bench/failover_bench.py
+measures client-go's defaults.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+import yaml
+
+from operator_kit.localcluster import LocalCluster
+from operator_kit.testing import Namespace, TestCluster, eventually
+from operator_kit.testing.faults import TcpProxy
+
+from .conftest import create_widget, widget_path
+
+pytestmark = pytest.mark.usefixtures("widget_kind")
+
+LEASE, DEADLINE, RETRY = 4.0, 3.0, 0.5
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Replica:
+    """An operator process whose output is collected line by line."""
+
+    def __init__(self, ns: Namespace, kubeconfig: str, identity: str) -> None:
+        self.identity = identity
+        self.lines: list[str] = []
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.cluster.replica", ns.name, kubeconfig, identity,
+             "--lease-duration", str(LEASE), "--renew-deadline", str(DEADLINE),
+             "--retry-period", str(RETRY)],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert self.process.stdout is not None
+        self._reader = threading.Thread(target=self._read, args=(self.process.stdout,),
+                                        name=f"replica-{identity}", daemon=True)
+        self._reader.start()
+
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            self.lines.append(line)
+
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def reconciled(self) -> int:
+        return sum(1 for line in self.lines if line.startswith("reconciled "))
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(10)
+        self._reader.join(5)
+
+
+@pytest.fixture
+def replicas(namespace: Namespace, cluster: TestCluster) -> Iterator[list[Replica]]:
+    started: list[Replica] = []
+    yield started
+    for replica in started:
+        replica.stop()
+
+
+def start(replicas: list[Replica], ns: Namespace, kubeconfig: str, identity: str) -> Replica:
+    replica = Replica(ns, kubeconfig, identity)
+    replicas.append(replica)
+    return replica
+
+
+def holder(ns: Namespace) -> str | None:
+    lease = ns.get("coordination.k8s.io/v1", "Lease", "replica-test")
+    return lease["spec"].get("holderIdentity") if lease else None
+
+
+def stamp(ns: Namespace, name: str) -> dict[str, Any] | None:
+    cm = ns.get("v1", "ConfigMap", name)
+    return cm["data"] if cm else None
+
+
+def set_size(ns: Namespace, name: str, size: int) -> None:
+    ns.api.request("PATCH", widget_path(ns, name), body={"spec": {"size": size}},
+                   content_type="application/merge-patch+json")
+
+
+def by(ns: Namespace, name: str, size: int) -> str | None:
+    data = stamp(ns, name)
+    return data["reconciled_by"] if data and data["size"] == str(size) else None
+
+
+def test_exactly_one_of_three_replicas_reconciles(namespace: Namespace, cluster: TestCluster,
+                                                  replicas: list[Replica]) -> None:
+    for i in range(3):
+        start(replicas, namespace, cluster.kubeconfig, f"replica-{i}")
+    leader = eventually(30, lambda: holder(namespace))
+    for i in range(4):
+        create_widget(namespace, f"w{i}", size=i)
+    for i in range(4):
+        assert eventually(30, lambda i=i: by(namespace, f"w{i}", i)) == leader
+    time.sleep(1)
+    counts = {r.identity: r.reconciled() for r in replicas}
+    assert counts[leader] >= 4
+    assert all(n == 0 for identity, n in counts.items() if identity != leader), counts
+
+
+def test_sigterm_hands_over_to_a_follower_at_once(namespace: Namespace, cluster: TestCluster,
+                                                  replicas: list[Replica]) -> None:
+    first = start(replicas, namespace, cluster.kubeconfig, "first")
+    eventually(30, lambda: holder(namespace) == "first")
+    second = start(replicas, namespace, cluster.kubeconfig, "second")
+    create_widget(namespace, "w", size=1)
+    eventually(30, lambda: by(namespace, "w", 1) == "first")
+    eventually(10, lambda: "waiting to lead" in second.output())
+    first.process.send_signal(signal.SIGTERM)
+    stopped = time.monotonic()
+    assert first.process.wait(30) == 0, first.output()
+    set_size(namespace, "w", 2)
+    eventually(LEASE, lambda: by(namespace, "w", 2) == "second",
+               message="the follower took over within the lease duration")
+    handover = time.monotonic() - stopped
+    assert handover < 2 * RETRY * 2.2 + 2, f"handover took {handover:.1f}s"
+
+
+def test_sigkill_leader_is_replaced_within_lease_duration_plus_retry(
+        namespace: Namespace, cluster: TestCluster, replicas: list[Replica]) -> None:
+    first = start(replicas, namespace, cluster.kubeconfig, "first")
+    eventually(30, lambda: holder(namespace) == "first")
+    start(replicas, namespace, cluster.kubeconfig, "second")
+    create_widget(namespace, "w", size=1)
+    eventually(30, lambda: by(namespace, "w", 1) == "first")
+    first.process.send_signal(signal.SIGKILL)
+    killed = time.monotonic()
+    set_size(namespace, "w", 2)
+    eventually(LEASE + RETRY * 2.2 + 5, lambda: by(namespace, "w", 2) == "second")
+    took = time.monotonic() - killed
+    assert took <= LEASE + RETRY * 2.2 + 3, f"takeover took {took:.1f}s"
+
+
+def test_leader_that_cannot_renew_stops_and_exits_before_its_lease_expires(
+        namespace: Namespace, cluster: TestCluster, local_plane: LocalCluster,
+        replicas: list[Replica], tmp_path: Path) -> None:
+    with TcpProxy("127.0.0.1", local_plane.state.apiserver_port) as proxy:
+        config = yaml.safe_load(Path(cluster.kubeconfig).read_text())
+        config["clusters"][0]["cluster"]["server"] = f"https://{proxy.address}"
+        proxied = tmp_path / "kubeconfig"
+        proxied.write_text(yaml.safe_dump(config))
+        first = start(replicas, namespace, str(proxied), "cut-off")
+        eventually(30, lambda: holder(namespace) == "cut-off")
+        create_widget(namespace, "w", size=1)
+        eventually(30, lambda: by(namespace, "w", 1) == "cut-off")
+        proxy.pause()  # renewals now hang: the leader must fence itself
+        cut = time.monotonic()
+        code = first.process.wait(DEADLINE + 5)
+        exited = time.monotonic() - cut
+        assert code != 0, first.output()
+        assert exited < LEASE, f"exited {exited:.1f}s after the cut, past the lease duration"
+        assert "lost" in first.output()
+        reconciles = first.reconciled()
+        proxy.resume()
+    assert first.reconciled() == reconciles
+
+
+def test_replica_started_while_another_leads_never_reconciles_until_it_acquires(
+        namespace: Namespace, cluster: TestCluster, replicas: list[Replica]) -> None:
+    first = start(replicas, namespace, cluster.kubeconfig, "first")
+    eventually(30, lambda: holder(namespace) == "first")
+    late = start(replicas, namespace, cluster.kubeconfig, "late")
+    eventually(10, lambda: "waiting to lead" in late.output())
+    for i in range(3):
+        create_widget(namespace, f"w{i}", size=i)
+        set_size(namespace, f"w{i}", i + 10)
+    for i in range(3):
+        eventually(30, lambda i=i: by(namespace, f"w{i}", i + 10) == "first")
+    time.sleep(LEASE)
+    assert late.reconciled() == 0, late.output()
+    assert holder(namespace) == "first"
+    first.process.send_signal(signal.SIGTERM)
+    first.process.wait(30)
+    eventually(30, lambda: late.reconciled() > 0, message="reconciles once it leads")
+
+
+def test_lease_rule_is_part_of_the_operator_rules() -> None:
+    from operator_kit import LeaderElection, Operator, Rule
+
+    from .conftest import WidgetController
+
+    with_lease = Operator("x", [WidgetController("ns")], leader_election=LeaderElection())
+    without = Operator("x", [WidgetController("ns")])
+    lease = Rule(["coordination.k8s.io"], ["leases"], ["create", "get", "update"])
+    assert lease in with_lease.rules()
+    assert lease not in without.rules()
