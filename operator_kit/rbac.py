@@ -19,34 +19,49 @@ class Rule:
     api_groups: tuple[str, ...]
     resources: tuple[str, ...]
     verbs: tuple[str, ...]
+    resource_names: tuple[str, ...] = ()
 
     def __init__(self, api_groups: Iterable[str], resources: Iterable[str],
-                 verbs: Iterable[str]) -> None:
+                 verbs: Iterable[str], resource_names: Iterable[str] = ()) -> None:
         for name, values in (("api_groups", api_groups), ("resources", resources),
-                             ("verbs", verbs)):
+                             ("verbs", verbs), ("resource_names", resource_names)):
             if isinstance(values, str):
                 raise TypeError(f"Rule {name} must be a list of strings, not the string "
                                 f"{values!r}; write [{values!r}]")
         object.__setattr__(self, "api_groups", tuple(sorted(set(api_groups))))
         object.__setattr__(self, "resources", tuple(sorted(set(resources))))
         object.__setattr__(self, "verbs", tuple(sorted(set(verbs))))
+        object.__setattr__(self, "resource_names", tuple(sorted(set(resource_names))))
         if not self.resources or not self.verbs:
             raise ValueError("a Rule needs at least one resource and one verb")
 
     def to_dict(self) -> dict[str, list[str]]:
-        return {"apiGroups": list(self.api_groups), "resources": list(self.resources),
-                "verbs": list(self.verbs)}
+        rule = {"apiGroups": list(self.api_groups), "resources": list(self.resources)}
+        if self.resource_names:
+            rule["resourceNames"] = list(self.resource_names)
+        rule["verbs"] = list(self.verbs)
+        return rule
 
 
 def merge_rules(rules: Iterable[Rule]) -> list[Rule]:
-    """One rule per (group, resource) with the union of verbs, in a stable order."""
-    verbs: dict[tuple[str, str], set[str]] = {}
+    """One rule per (group, resource, resource names) with the union of verbs, sorted.
+
+    Verbs a rule grants on every object of a resource are not repeated in a rule that
+    names some of its objects."""
+    verbs: dict[tuple[str, str, tuple[str, ...]], set[str]] = {}
     for rule in rules:
         for group in rule.api_groups:
             for resource in rule.resources:
-                verbs.setdefault((group, resource), set()).update(rule.verbs)
-    return [Rule([group], [resource], verbs[(group, resource)])
-            for group, resource in sorted(verbs)]
+                key = (group, resource, rule.resource_names)
+                verbs.setdefault(key, set()).update(rule.verbs)
+    merged = []
+    for group, resource, names in sorted(verbs):
+        granted = verbs[(group, resource, names)]
+        if names:
+            granted = granted - verbs.get((group, resource, ()), set())
+        if granted:
+            merged.append(Rule([group], [resource], granted, names))
+    return merged
 
 
 def guess_plural(kind: str) -> str:

@@ -19,14 +19,18 @@ from __future__ import annotations
 import os
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from operator_kit.client import Api, api_client
+
+if TYPE_CHECKING:
+    from operator_kit.operator import Operator
 
 T = TypeVar("T")
 
@@ -198,3 +202,18 @@ class TestCluster:
 
         eventually(timeout, served, message=f"CRD {name} served")
         return crd
+
+
+@contextmanager
+def running(operator: Operator, cluster: TestCluster, *,
+            sync_timeout: float = 30.0) -> Iterator[Operator]:
+    """Run `operator` in this process against `cluster` for the duration of a with-block."""
+    operator.use(cluster.client)
+    operator.start()
+    try:
+        if operator.leader_election is None and not operator.wait_synced(sync_timeout):
+            raise AssertionError(f"operator {operator.name}: caches did not sync within "
+                                 f"{sync_timeout:g}s")
+        yield operator
+    finally:
+        operator.stop(timeout=10)
