@@ -1,0 +1,444 @@
+"""WebhookCertificate: the TLS certificate the API server trusts when it calls our webhooks.
+
+The API server calls a webhook at ``https://<service>.<namespace>.svc`` and checks the
+serving certificate against the ``caBundle`` of the webhook configuration (or of a CRD's
+conversion webhook). So an operator needs three things, which this module gives it
+without cert-manager:
+
+- a CA and a serving certificate for the Service's DNS names (`generate`,
+  `generate_for`), made by `operator_kit._pki` like the local plane's certificates;
+- the same certificate on every replica (`shared`): the first replica stores it in a
+  ``kubernetes.io/tls`` Secret, the others read it. Creation races are settled by the
+  API server — the losers of a create get 409 and read the winner's Secret; the losers
+  of a replacement (optimistic concurrency on resourceVersion) do the same. The Secret
+  uses cert-manager's keys (``tls.crt``, ``tls.key``, ``ca.crt``), so a cert-manager
+  Secret can be used instead (`from_secret`);
+- the files for the server (`install`) and the CA in the configurations
+  (`patch_ca_bundle`).
+
+Renewal: `shared` replaces a certificate that expires within ``renew_within`` (30 days by
+default) or that does not cover the Service's names. The new ``ca.crt`` holds the new CA
+followed by the previous one while that is still valid, so replicas still serving the
+old certificate stay trusted once the new bundle is patched in.
+
+Key material is never logged and never part of a repr.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime
+import functools
+import logging
+import os
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
+from cryptography.hazmat.primitives import serialization
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from operator_kit import _pki
+from operator_kit.client import Api
+
+__all__ = ["TlsFiles", "WebhookCertificate"]
+
+logger = logging.getLogger("operator_kit.certificates")
+
+TLS_CERT_ENV = "OPERATOR_KIT_TLS_CERT"
+TLS_KEY_ENV = "OPERATOR_KIT_TLS_KEY"
+DEFAULT_RENEW_WITHIN = datetime.timedelta(days=30)
+_ATTEMPTS = 10
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """Where `WebhookCertificate.install` wrote the certificate, key and CA bundle."""
+
+    cert: Path
+    key: Path
+    ca: Path
+
+
+@dataclass(frozen=True, repr=False)
+class WebhookCertificate:
+    """A serving certificate, its private key and the CA bundle that trusts it (all PEM)."""
+
+    ca_pem: bytes
+    cert_pem: bytes
+    key_pem: bytes
+
+    # ------------------------------------------------------------------ making one
+
+    @classmethod
+    def generate(cls, service: str, namespace: str, *, days: int = 365) -> WebhookCertificate:
+        """A new CA and a certificate for the Service ``<service>.<namespace>``.
+
+        Valid for ``service``, ``service.namespace``, ``service.namespace.svc`` (the name
+        the API server checks) and ``service.namespace.svc.cluster.local``.
+        """
+        return cls.generate_for(
+            f"{service}.{namespace}.svc", service_dns_names(service, namespace), days=days
+        )
+
+    @classmethod
+    def generate_for(
+        cls,
+        name: str,
+        dns_names: Iterable[str],
+        *,
+        ip_addresses: Iterable[str] = (),
+        days: int = 365,
+    ) -> WebhookCertificate:
+        """A new CA and a certificate named `name`, valid for `dns_names` and `ip_addresses`."""
+        if days <= 0:
+            raise ValueError(f"days must be positive, got {days}")
+        dns, ips = tuple(dns_names), tuple(ip_addresses)
+        if not dns and not ips:
+            raise ValueError("a serving certificate needs at least one DNS name or IP address")
+        # A common name holds at most 64 characters; clients check the DNS names (SANs).
+        ca = _pki.new_ca(f"{name[:53]} webhook CA", days=days)
+        leaf = _pki.issue(ca, name[:64], dns_names=dns, ip_addresses=ips, days=days)
+        return cls(ca.cert_pem, leaf.cert_pem, leaf.key_pem)
+
+    # ------------------------------------------------------------------ reading it
+
+    @functools.cached_property
+    def _cert(self) -> x509.Certificate:
+        return _pki.load_cert(self.cert_pem)
+
+    @property
+    def not_after(self) -> datetime.datetime:
+        """When the serving certificate expires (UTC)."""
+        return self._cert.not_valid_after_utc
+
+    @property
+    def dns_names(self) -> tuple[str, ...]:
+        """The DNS names the serving certificate is valid for."""
+        try:
+            san = self._cert.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+        except x509.ExtensionNotFound:
+            return ()
+        return tuple(san.value.get_values_for_type(x509.DNSName))
+
+    def covers(self, dns_names: Iterable[str]) -> bool:
+        """Whether the certificate is valid for every one of `dns_names`."""
+        return set(dns_names) <= set(self.dns_names)
+
+    def needs_renewal(self, *, within: datetime.timedelta = DEFAULT_RENEW_WITHIN) -> bool:
+        """Whether the certificate expires within `within` from now (or already has)."""
+        return self.not_after - datetime.datetime.now(datetime.timezone.utc) < within
+
+    def check(self) -> None:
+        """Raise ValueError unless the key belongs to the certificate and a CA of the bundle
+        signed it. `from_secret` calls it, so a corrupt Secret is noticed at once."""
+        try:
+            cert = self._cert
+            key = serialization.load_pem_private_key(self.key_pem, password=None)
+            cas = x509.load_pem_x509_certificates(self.ca_pem)
+        except (ValueError, TypeError, UnsupportedAlgorithm) as err:
+            raise ValueError(f"not a usable certificate, key and CA: {err}") from None
+        if _spki(cert.public_key()) != _spki(key.public_key()):
+            raise ValueError("the private key does not belong to the certificate")
+        for ca in cas:
+            try:
+                cert.verify_directly_issued_by(ca)
+            except (ValueError, TypeError, InvalidSignature):
+                continue
+            return
+        raise ValueError("no CA in the bundle signed the certificate")
+
+    def __repr__(self) -> str:
+        try:
+            detail = f"dns_names={self.dns_names!r}, not_after={self.not_after.isoformat()}"
+        except ValueError:
+            detail = "unparsable"
+        return f"WebhookCertificate({detail})"
+
+    # ------------------------------------------------------------------ files
+
+    def install(self, directory: str | os.PathLike[str]) -> TlsFiles:
+        """Write ``tls.crt``, ``tls.key`` and ``ca.crt`` into `directory`; point the server at them.
+
+        The key is created with mode 0600 (never readable by others, not even briefly);
+        the certificates 0644; a directory created here gets 0700. Each file is replaced
+        atomically, so a server reading them meanwhile sees the old or the new one.
+        Sets ``OPERATOR_KIT_TLS_CERT`` and ``OPERATOR_KIT_TLS_KEY``, which
+        `operator_kit.gunicorn_conf` reads.
+        """
+        path = Path(directory)
+        if not path.exists():
+            path.mkdir(mode=0o700, parents=True)
+            os.chmod(path, 0o700)
+        files = TlsFiles(path / "tls.crt", path / "tls.key", path / "ca.crt")
+        _write_atomically(files.key, self.key_pem, 0o600)
+        _write_atomically(files.cert, self.cert_pem, 0o644)
+        _write_atomically(files.ca, self.ca_pem, 0o644)
+        os.environ[TLS_CERT_ENV] = str(files.cert)
+        os.environ[TLS_KEY_ENV] = str(files.key)
+        logger.info("installed webhook certificate %s in %s", self, path)
+        return files
+
+    # ------------------------------------------------------------------ Secrets
+
+    def to_secret(self, name: str, namespace: str) -> dict[str, Any]:
+        """A ``kubernetes.io/tls`` Secret with cert-manager's keys: tls.crt, tls.key, ca.crt."""
+        return {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": name, "namespace": namespace},
+            "type": "kubernetes.io/tls",
+            "data": {
+                "tls.crt": _b64(self.cert_pem),
+                "tls.key": _b64(self.key_pem),
+                "ca.crt": _b64(self.ca_pem),
+            },
+        }
+
+    @classmethod
+    def from_secret(cls, secret: Mapping[str, Any]) -> WebhookCertificate:
+        """The certificate in a Secret dict (as the API returns it, data base64-encoded).
+
+        Raises ValueError naming what is missing or wrong.
+        """
+        meta = secret.get("metadata") or {}
+        name, namespace = meta.get("name") or "<unnamed>", meta.get("namespace")
+        where = f"Secret {namespace}/{name}" if namespace else f"Secret {name}"
+        data = secret.get("data") or {}
+        pems: dict[str, bytes] = {}
+        for key in ("ca.crt", "tls.crt", "tls.key"):
+            value = data.get(key)
+            if not value:
+                raise ValueError(f"{where} has no {key}")
+            try:
+                pems[key] = base64.b64decode(value, validate=True)
+            except (binascii.Error, ValueError, TypeError):
+                raise ValueError(f"{where}: {key} is not base64") from None
+        cert = cls(pems["ca.crt"], pems["tls.crt"], pems["tls.key"])
+        try:
+            cert.check()
+        except ValueError as err:
+            raise ValueError(f"{where}: {err}") from None
+        return cert
+
+    @classmethod
+    def shared(
+        cls,
+        api_client: client.ApiClient,
+        namespace: str,
+        secret: str,
+        service: str,
+        *,
+        renew_within: datetime.timedelta = DEFAULT_RENEW_WITHIN,
+        days: int = 365,
+    ) -> WebhookCertificate:
+        """The certificate for `service` that every replica shares, kept in Secret `secret`.
+
+        Reads the Secret; when it is absent, generates a certificate and creates it (a
+        409 means another replica won: its Secret is read instead). When the Secret's
+        certificate expires within `renew_within`, does not cover the Service's names or
+        is unusable, a new one replaces it — an update carrying the resourceVersion read,
+        so of several replicas renewing at once one wins and the others read its
+        certificate. Every caller returns the same certificate.
+        """
+        if renew_within >= datetime.timedelta(days=days):
+            raise ValueError(
+                f"renew_within ({renew_within}) must be shorter than the validity ({days} days), "
+                "or every new certificate would need renewal at once"
+            )
+        api = Api(api_client)
+        collection = f"/api/v1/namespaces/{namespace}/secrets"
+        path = f"{collection}/{secret}"
+        names = service_dns_names(service, namespace)
+        where = f"Secret {namespace}/{secret}"
+        for _ in range(_ATTEMPTS):
+            current = _get_or_none(api, path)
+            if current is None:
+                fresh = cls.generate(service, namespace, days=days)
+                try:
+                    api.request("POST", collection, body=fresh.to_secret(secret, namespace))
+                except ApiException as err:
+                    if err.status == 409:  # another replica created it first: read theirs
+                        continue
+                    raise
+                logger.info("created webhook certificate %s in %s", fresh, where)
+                return fresh
+            existing: WebhookCertificate | None
+            try:
+                existing = cls.from_secret(current)
+            except ValueError as err:
+                logger.warning("replacing the unusable webhook certificate in %s: %s", where, err)
+                existing = None
+            if existing is not None:
+                if not existing.needs_renewal(within=renew_within) and existing.covers(names):
+                    return existing
+                logger.info(
+                    "renewing webhook certificate %s in %s (needed: valid for %s until "
+                    "at least %s from now)",
+                    existing,
+                    where,
+                    ", ".join(names),
+                    renew_within,
+                )
+            if current.get("type") not in (None, "kubernetes.io/tls"):
+                raise RuntimeError(
+                    f"{where} exists with type {current.get('type')}, not kubernetes.io/tls; "
+                    "delete it or name another Secret for the webhook certificate"
+                )
+            fresh = cls.generate(service, namespace, days=days)
+            if existing is not None:
+                fresh = fresh._trusting_also(existing)
+            body = fresh.to_secret(secret, namespace)
+            old_meta = current.get("metadata", {})
+            for key in ("labels", "annotations", "ownerReferences"):
+                if old_meta.get(key):
+                    body["metadata"][key] = old_meta[key]
+            body["metadata"]["resourceVersion"] = old_meta.get("resourceVersion")
+            try:
+                api.request("PUT", path, body=body)
+            except ApiException as err:
+                if err.status in (404, 409):  # changed or deleted meanwhile: look again
+                    continue
+                raise
+            logger.info("replaced webhook certificate in %s with %s", where, fresh)
+            return fresh
+        raise RuntimeError(
+            f"{where} kept changing while {_ATTEMPTS} attempts read and wrote it; is another "
+            "program rewriting it?"
+        )
+
+    def _trusting_also(self, previous: WebhookCertificate) -> WebhookCertificate:
+        """This certificate with a CA bundle that also holds `previous`'s still-valid CAs."""
+        now = datetime.datetime.now(datetime.timezone.utc)
+        try:
+            old_cas = x509.load_pem_x509_certificates(previous.ca_pem)
+        except ValueError:
+            return self
+        keep = [ca for ca in old_cas if ca.not_valid_after_utc > now][:1]
+        bundle = self.ca_pem + b"".join(_pki.cert_pem(ca) for ca in keep)
+        return WebhookCertificate(bundle, self.cert_pem, self.key_pem)
+
+    # ------------------------------------------------------------------ caBundle
+
+    def patch_ca_bundle(
+        self,
+        api_client: client.ApiClient,
+        *,
+        validating: Sequence[str] = (),
+        mutating: Sequence[str] = (),
+        crds: Sequence[str] = (),
+    ) -> None:
+        """Write this CA bundle into every webhook of the named configurations and into
+        the named CRDs' conversion webhooks (``spec.conversion.webhook.clientConfig``).
+
+        Each object is read and written back with its resourceVersion (re-read on a
+        conflict); one that already holds the bundle is not written. A missing object, or
+        a CRD without a conversion webhook, raises LookupError / ValueError.
+        """
+        api = Api(api_client)
+        bundle = _b64(self.ca_pem)
+        registration = "/apis/admissionregistration.k8s.io/v1"
+        targets = [
+            *((f"{registration}/validatingwebhookconfigurations/{n}", n) for n in validating),
+            *((f"{registration}/mutatingwebhookconfigurations/{n}", n) for n in mutating),
+            *((f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{n}", n) for n in crds),
+        ]
+        for path, name in targets:
+            _update(api, path, name, bundle)
+
+
+def service_dns_names(service: str, namespace: str) -> tuple[str, ...]:
+    """The names a Service answers to inside the cluster, shortest first."""
+    return (
+        service,
+        f"{service}.{namespace}",
+        f"{service}.{namespace}.svc",
+        f"{service}.{namespace}.svc.cluster.local",
+    )
+
+
+def _update(api: Api, path: str, name: str, bundle: str) -> None:
+    for _ in range(_ATTEMPTS):
+        obj = _get_or_none(api, path)
+        if obj is None:
+            raise LookupError(
+                f"{path.rsplit('/', 2)[-2]} {name} does not exist; apply the operator's "
+                "manifests before patching its caBundle"
+            )
+        if not _set_bundle(obj, name, bundle):
+            return
+        try:
+            api.request("PUT", path, body=obj)
+        except ApiException as err:
+            if err.status == 409:
+                continue
+            raise
+        logger.info("patched the webhook CA bundle into %s %s", obj.get("kind"), name)
+        return
+    raise RuntimeError(f"{path} kept changing while patching its caBundle")
+
+
+def _set_bundle(obj: dict[str, Any], name: str, bundle: str) -> bool:
+    """Put `bundle` into every clientConfig of `obj`; whether anything changed."""
+    if obj.get("kind") == "CustomResourceDefinition":
+        conversion = obj.get("spec", {}).get("conversion") or {}
+        webhook = conversion.get("webhook")
+        if conversion.get("strategy") != "Webhook" or not webhook:
+            raise ValueError(
+                f"CustomResourceDefinition {name} has no conversion webhook; build it with "
+                "operator_kit.manifests.with_conversion_webhook"
+            )
+        configs = [webhook.setdefault("clientConfig", {})]
+    else:
+        configs = [w.setdefault("clientConfig", {}) for w in obj.get("webhooks") or []]
+    changed = False
+    for config in configs:
+        if config.get("caBundle") != bundle:
+            config["caBundle"] = bundle
+            changed = True
+    return changed
+
+
+def _get_or_none(api: Api, path: str) -> Any:
+    try:
+        return api.get(path)
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+
+
+def _spki(public_key: Any) -> bytes:
+    return bytes(
+        public_key.public_bytes(
+            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _write_atomically(path: Path, data: bytes, mode: int) -> None:
+    """Write `data` to `path` by rename; the file is created with `mode` from the start."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)  # mode 0600
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
