@@ -35,6 +35,7 @@ import dataclasses
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -107,8 +108,9 @@ class Context:
     """What a reconcile gets besides the object: the client and the operator's helpers."""
 
     def __init__(self, api: Api, *, field_manager: str, recorder: EventRecorder,
-                 controller: str) -> None:
+                 controller: str, own_writes: OwnWrites | None = None) -> None:
         self.api = api
+        self._own_writes = own_writes
         self.client: client.ApiClient = api.client
         self.field_manager = field_manager
         self.controller = controller
@@ -153,6 +155,8 @@ class Context:
         meta["ownerReferences"] = [owner_reference(owner)]
         body["metadata"] = meta
         result: dict[str, Any] = self.api.apply(body, field_manager=self.field_manager)
+        if self._own_writes is not None:
+            self._own_writes.add(result)
         return result
 
     def event(self, obj: CustomResource | Mapping[str, Any], warning: bool, reason: str,
@@ -160,6 +164,35 @@ class Context:
         """Post a core Event on `obj` (shown by ``kubectl describe``); repeats aggregate."""
         body = obj.to_dict() if isinstance(obj, CustomResource) else dict(obj)
         self._recorder.event(body, warning=warning, reason=reason, note=note)
+
+
+class OwnWrites:
+    """The resourceVersions of owned objects this controller just wrote.
+
+    The watch then reports each such write back as a change to an owned object, which
+    would reconcile its owner a second time for nothing: the reconcile that wrote it
+    already saw the world as it now is. Events carrying a remembered version are
+    skipped (once); any later change — by anyone — has a new version and counts.
+    """
+
+    def __init__(self, limit: int = 10_000) -> None:
+        self._versions: OrderedDict[str, None] = OrderedDict()
+        self._limit = limit
+        self._lock = threading.Lock()
+
+    def add(self, obj: Mapping[str, Any]) -> None:
+        version = obj.get("metadata", {}).get("resourceVersion")
+        if version:
+            with self._lock:
+                self._versions[str(version)] = None
+                while len(self._versions) > self._limit:
+                    self._versions.popitem(last=False)
+
+    def take(self, obj: Mapping[str, Any]) -> bool:
+        """True (and forgotten) if `obj` is exactly a version we wrote."""
+        version = obj.get("metadata", {}).get("resourceVersion")
+        with self._lock:
+            return self._versions.pop(str(version), False) is None
 
 
 def owner_reference(owner: CustomResource) -> dict[str, Any]:
@@ -225,9 +258,14 @@ class Controller(Generic[R]):
             Rule([kind.group], [kind.plural], ["get", "list", "watch", "patch", "update"]),
             Rule([kind.group], [f"{kind.plural}/status"], ["get", "patch", "update"]),
         ]
+        if self.owns:
+            # Owner references with blockOwnerDeletion need update on the owner's
+            # finalizers where the OwnerReferencesPermissionEnforcement plugin is on.
+            rules.append(Rule([kind.group], [f"{kind.plural}/finalizers"], ["update"]))
         for owned in self.owned_kinds():
+            # Server-side apply creates or patches; the garbage collector deletes.
             rules.append(Rule([owned.group], [owned.resource_name],
-                              ["get", "list", "watch", "create", "patch", "update", "delete"]))
+                              ["get", "list", "watch", "create", "patch"]))
         rules.append(Rule([""], ["events"], ["create", "patch", "get"]))
         rules.extend(self.rules)
         return rules
@@ -259,8 +297,9 @@ class ControllerRunner:
         self.queue: WorkQueue[Key] = WorkQueue(
             self.name, failure_backoff=Backoff(base=controller.on_error,
                                                cap=controller.max_backoff))
+        self.own_writes = OwnWrites()
         self.context = Context(api, field_manager=field_manager, recorder=recorder,
-                               controller=self.name)
+                               controller=self.name, own_writes=self.own_writes)
         kind = controller.resource
         self.primary: Informer = informer_for(_resource_of(kind), controller)
         self.owned: list[Informer] = []
@@ -286,6 +325,8 @@ class ControllerRunner:
             self.enqueue((meta.get("namespace") or "", meta["name"]))
 
     def on_owned(self, event: WatchEvent) -> None:
+        if event.type != "DELETED" and self.own_writes.take(event.object):
+            return  # our own apply coming back: the reconcile that made it is up to date
         for obj in (event.object, event.old):
             if obj is None:
                 continue

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -32,7 +33,7 @@ from operator_kit.rbac import Rule, merge_rules
 from operator_kit.watching import Informer
 
 if TYPE_CHECKING:
-    from operator_kit.webhooks import Webhooks
+    from operator_kit.webhooks import Registration, Webhooks
 
 log = logging.getLogger("operator_kit.operator")
 
@@ -91,6 +92,7 @@ class Operator:
             rules.extend(controller.required_rules())
         if self.leader_election is not None:
             rules.append(leader.rule())
+        rules.extend(self._webhook_rules())
         return merge_rules(rules)
 
     @property
@@ -107,7 +109,11 @@ class Operator:
     @property
     def api(self) -> Api:
         if self._api is None:
-            self._api = Api(api_client(self.kubeconfig))
+            # One connection per worker and per watch, and a few for everything else.
+            workers = sum(c.max_concurrent_reconciles for c in self.controllers)
+            watches = sum(1 + len(c.owns) for c in self.controllers)
+            pool = max(8, workers + watches + 4)
+            self._api = Api(api_client(self.kubeconfig, pool_size=pool))
         return self._api
 
     def use(self, api_client_: client.ApiClient) -> None:
@@ -129,6 +135,63 @@ class Operator:
     @property
     def app(self) -> Webhooks:
         return self.webhooks
+
+    def webhook_registrations(self) -> tuple[Registration, ...]:
+        """The webhooks registered on this operator's app (none if it has no app yet)."""
+        return self._webhooks.registrations() if self._webhooks is not None else ()
+
+    @property
+    def webhook_secret(self) -> str:
+        """The ``kubernetes.io/tls`` Secret replicas share their webhook certificate in."""
+        return f"{self.name}-webhook-tls"
+
+    def prepare_webhook_tls(self, directory: str) -> None:
+        """Get the shared webhook certificate, install it in `directory`, patch CA bundles.
+
+        Run before the webhook server starts (gunicorn_conf does it in the master): the
+        first replica creates the certificate Secret, the others read it; every
+        configuration and conversion webhook of this operator is told to trust its CA.
+        """
+        from operator_kit.certificates import WebhookCertificate
+
+        registrations = self.webhook_registrations()
+        # A client of its own: this runs in gunicorn's master, whose connections must not
+        # be inherited by the worker it forks.
+        with api_client(self.kubeconfig) as api:
+            certificate = WebhookCertificate.shared(api, self.namespace, self.webhook_secret,
+                                                    self.name)
+            certificate.install(directory)
+            certificate.patch_ca_bundle(
+                api,
+                validating=[self.name] if any(r.type == "validate" for r in registrations)
+                else [],
+                mutating=[self.name] if any(r.type == "mutate" for r in registrations) else [],
+                crds=self._converted_crds())
+        log.info("operator %s: webhook certificate installed in %s (valid until %s)",
+                 self.name, directory, certificate.not_after.isoformat())
+
+    def _converted_crds(self) -> list[str]:
+        if not any(r.type == "convert" for r in self.webhook_registrations()):
+            return []
+        kinds = {c.resource.storage_version() for c in self.controllers}
+        return sorted(f"{k.plural}.{k.group}" for k in kinds if len(k.versions()) > 1)
+
+    def _webhook_rules(self) -> list[Rule]:
+        """What serving webhooks needs: the shared certificate and the CA bundle patches."""
+        registrations = self.webhook_registrations()
+        if not registrations:
+            return []
+        rules = [Rule([""], ["secrets"], ["create"]),
+                 Rule([""], ["secrets"], ["get", "update"], [self.webhook_secret])]
+        for kind, resource in (("validate", "validatingwebhookconfigurations"),
+                               ("mutate", "mutatingwebhookconfigurations")):
+            if any(r.type == kind for r in registrations):
+                rules.append(Rule(["admissionregistration.k8s.io"], [resource],
+                                  ["get", "update"], [self.name]))
+        if crds := self._converted_crds():
+            rules.append(Rule(["apiextensions.k8s.io"], ["customresourcedefinitions"],
+                              ["get", "update"], crds))
+        return rules
 
     def ready(self) -> bool:
         """Ready once every controller runs with synced caches, or while following a leader."""
@@ -248,6 +311,20 @@ class Operator:
     def serve_in_background(self) -> None:
         """Start the controllers without blocking (used in the gunicorn worker)."""
         self.start()
+
+    def main(self, argv: list[str] | None = None) -> int:
+        """An entry point: ``--manifests [...]`` prints the manifests, else `run()`."""
+        args = sys.argv[1:] if argv is None else argv
+        if args and args[0] == "--manifests":
+            from operator_kit.manifests.__main__ import main as manifests
+
+            module = sys.modules.get("__main__")
+            spec = getattr(getattr(module, "__spec__", None), "name", None)
+            app = f"{(spec or 'main').removesuffix('.__main__')}:operator"
+            return manifests(args[1:], operator=self, app=app)
+        logging.basicConfig(level=logging.INFO,
+                            format="%(asctime)s %(levelname)s %(name)s %(message)s")
+        return self.run()
 
     def run(self) -> int:
         """Run until SIGTERM or SIGINT; then stop cleanly. Returns the exit code."""

@@ -3,8 +3,9 @@
 `Rbac(name, namespace).rules(...)` collects `Rule`s; `documents()` writes them merged
 per API group and resource (verbs unioned and sorted), so the same code always gives
 byte-identical YAML. Nothing is widened: no wildcard appears unless a rule asked for it.
-`leader_election()` grants the Lease verbs in a namespaced Role in the operator's own
-namespace rather than cluster-wide.
+The operator's own objects — its Lease and its webhook certificate's Secret — live in
+its namespace, so rules for leases and secrets go into a Role there, never into the
+ClusterRole; `leader_election()` adds the Lease rule.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from operator_kit.rbac import Rule, merge_rules
 
 LEASE_RULE = Rule(["coordination.k8s.io"], ["leases"], ["create", "get", "update"])
 
+# (group, resource) of objects an operator keeps in its own namespace.
+OWN_NAMESPACE = {("coordination.k8s.io", "leases"), ("", "secrets")}
+
 
 class Rbac:
     """The RBAC an operator named `name` runs with, in `namespace`."""
@@ -23,24 +27,25 @@ class Rbac:
         self.name = name
         self.namespace = namespace
         self._rules: list[Rule] = []
-        self._lease = False
+        self._namespaced: list[Rule] = []
 
     def rules(self, *rules: Rule) -> Rbac:
-        """Add cluster-wide rules; a Lease rule is moved to the namespaced Role."""
+        """Add rules: cluster-wide, except leases and secrets (the Role in the namespace)."""
         for rule in rules:
-            if rule.api_groups == LEASE_RULE.api_groups and rule.resources == ("leases",):
-                self._lease = True
-            else:
-                self._rules.append(rule)
+            own = all((g, r) in OWN_NAMESPACE for g in rule.api_groups for r in rule.resources)
+            (self._namespaced if own else self._rules).append(rule)
         return self
 
     def leader_election(self) -> Rbac:
         """Grant the Lease verbs in the operator's namespace (a Role, not a ClusterRole)."""
-        self._lease = True
+        self._namespaced.append(LEASE_RULE)
         return self
 
     def cluster_rules(self) -> list[Rule]:
         return merge_rules(self._rules)
+
+    def namespaced_rules(self) -> list[Rule]:
+        return merge_rules(self._namespaced)
 
     def documents(self) -> list[dict[str, Any]]:
         subject = [{"kind": "ServiceAccount", "name": self.name, "namespace": self.namespace}]
@@ -58,12 +63,12 @@ class Rbac:
                          "name": self.name},
              "subjects": subject},
         ]
-        if self._lease:
-            role = f"{self.name}-leader-election"
+        if self._namespaced:
+            role = f"{self.name}-own-namespace"
             docs += [
                 {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
                  "metadata": {"name": role, "namespace": self.namespace, "labels": labels},
-                 "rules": [LEASE_RULE.to_dict()]},
+                 "rules": [rule.to_dict() for rule in self.namespaced_rules()]},
                 {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
                  "metadata": {"name": role, "namespace": self.namespace, "labels": labels},
                  "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",

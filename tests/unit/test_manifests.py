@@ -66,7 +66,8 @@ def test_leader_election_grants_leases_in_a_namespaced_role_only() -> None:
     cluster_role = docs[1]
     assert all("leases" not in r["resources"] for r in cluster_role["rules"])
     role = docs[3]
-    assert role["metadata"]["namespace"] == "ops"
+    assert role["metadata"] == {"name": "op-own-namespace", "namespace": "ops",
+                                "labels": role["metadata"]["labels"]}
     assert role["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
                               "verbs": ["create", "get", "update"]}]
 

@@ -1,0 +1,148 @@
+"""Everything an operator needs in a cluster, from its `Operator` object.
+
+`operator_manifests(operator, namespace=..., image=...)` gathers, in apply order:
+
+1. the CRD of every kind a controller watches or a webhook serves (with
+   ``conversion: Webhook`` when the operator registers a converter and the kind has
+   several versions);
+2. RBAC: a ServiceAccount, a ClusterRole with exactly `Operator.rules()` (the Lease
+   rule in a namespaced Role instead) and their bindings;
+3. the Service the API server calls webhooks through, and the Deployment: gunicorn
+   serving ``operator_kit.webhooks:app`` on one TLS port (webhooks, ``/livez``,
+   ``/readyz``, ``/metrics``), probes on that port, the ServiceAccount, a non-root,
+   read-only security context;
+4. the Validating/MutatingWebhookConfigurations for the registered admission webhooks.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from operator_kit.manifests._crd import crd, with_conversion_webhook
+from operator_kit.manifests._rbac import Rbac
+from operator_kit.manifests._webhooks import WebhookRule, WebhookTarget, webhook_configuration
+from operator_kit.resources import CustomResource
+
+if TYPE_CHECKING:
+    from operator_kit.operator import Operator
+
+WEBHOOK_PORT = 8443
+
+
+def kinds_of(operator: Operator) -> list[type[CustomResource]]:
+    """The storage version of every custom kind the operator watches or serves, once each."""
+    seen: dict[str, type[CustomResource]] = {}
+    candidates = [c.resource for c in operator.controllers]
+    candidates += [r.kind for r in operator.webhook_registrations() if r.kind is not None]
+    for owned in (k for c in operator.controllers for k in c.owns):
+        if isinstance(owned, type) and issubclass(owned, CustomResource):
+            candidates.append(owned)
+    for kind in candidates:
+        storage = kind.storage_version()
+        seen.setdefault(f"{storage.plural}.{storage.group}", storage)
+    return [seen[name] for name in sorted(seen)]
+
+
+def operator_manifests(operator: Operator, *, app: str, namespace: str, image: str,
+                       replicas: int = 2, ca_bundle: bytes | None = None) -> list[dict[str, Any]]:
+    """All documents the operator needs, for ``kubectl apply -f -``.
+
+    `app` is how the image imports the operator (``MODULE:ATTR``, gunicorn's
+    ``OPERATOR_KIT_APP``)."""
+    target = WebhookTarget(operator.name, namespace, 443, ca_bundle)
+    registrations = operator.webhook_registrations()
+    converters = [r for r in registrations if r.type == "convert"]
+    docs: list[dict[str, Any]] = []
+    for kind in kinds_of(operator):
+        definition = crd(kind)
+        if converters and len(kind.versions()) > 1:
+            definition = with_conversion_webhook(
+                definition, service_name=target.service, service_namespace=namespace,
+                path=converters[0].path, port=target.port, ca_bundle=ca_bundle)
+        docs.append(definition)
+    docs += Rbac(operator.name, namespace).rules(*operator.rules()).documents()
+    docs.append(service(operator.name, namespace))
+    docs.append(deployment(operator.name, app=app, namespace=namespace, image=image,
+                           replicas=replicas))
+    for mutating in (False, True):
+        rules = [WebhookRule(r.kind, r.path) for r in registrations
+                 if r.kind is not None and r.type == ("mutate" if mutating else "validate")]
+        if rules:
+            docs.append(webhook_configuration(operator.name, mutating, target, rules))
+    return docs
+
+
+def _labels(name: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": name, "app.kubernetes.io/managed-by": "operator-kit"}
+
+
+def service(name: str, namespace: str) -> dict[str, Any]:
+    """The Service webhooks are called through (443 -> the pods' TLS port)."""
+    return {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": namespace, "labels": _labels(name)},
+        "spec": {
+            "selector": {"app.kubernetes.io/name": name},
+            "ports": [{"name": "https", "port": 443, "targetPort": "https",
+                       "protocol": "TCP"}],
+        },
+    }
+
+
+def _probe(path: str) -> dict[str, Any]:
+    return {"httpGet": {"path": path, "port": "https", "scheme": "HTTPS"},
+            "periodSeconds": 10, "timeoutSeconds": 3, "failureThreshold": 3}
+
+
+def deployment(name: str, *, app: str, namespace: str, image: str,
+               replicas: int = 2) -> dict[str, Any]:
+    """The operator's Deployment: gunicorn serving webhooks, probes and metrics over TLS."""
+    env: list[dict[str, Any]] = [
+        {"name": "OPERATOR_KIT_APP", "value": app},
+        {"name": "OPERATOR_KIT_BIND", "value": f"0.0.0.0:{WEBHOOK_PORT}"},
+        {"name": "OPERATOR_KIT_TLS_DIR", "value": "/run/operator-kit/tls"},
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "POD_NAMESPACE",
+         "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+    ]
+    container = {
+        "name": "operator",
+        "image": image,
+        "command": ["gunicorn", "-c", "python:operator_kit.gunicorn_conf",
+                    "operator_kit.webhooks:app"],
+        "env": env,
+        "ports": [{"name": "https", "containerPort": WEBHOOK_PORT, "protocol": "TCP"}],
+        "livenessProbe": _probe("/livez"),
+        "readinessProbe": _probe("/readyz"),
+        "resources": {"requests": {"cpu": "50m", "memory": "96Mi"},
+                      "limits": {"memory": "256Mi"}},
+        "securityContext": {
+            "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": [{"name": "tls", "mountPath": "/run/operator-kit/tls"},
+                         {"name": "tmp", "mountPath": "/tmp"}],
+    }
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace, "labels": _labels(name)},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app.kubernetes.io/name": name}},
+            "template": {
+                "metadata": {"labels": _labels(name),
+                             "annotations": {"prometheus.io/scrape": "true",
+                                             "prometheus.io/scheme": "https",
+                                             "prometheus.io/port": str(WEBHOOK_PORT)}},
+                "spec": {
+                    "serviceAccountName": name,
+                    "securityContext": {"runAsNonRoot": True, "runAsUser": 65532,
+                                        "seccompProfile": {"type": "RuntimeDefault"}},
+                    "terminationGracePeriodSeconds": 40,
+                    "containers": [container],
+                    "volumes": [{"name": "tls", "emptyDir": {"medium": "Memory"}},
+                                {"name": "tmp", "emptyDir": {}}],
+                },
+            },
+        },
+    }
