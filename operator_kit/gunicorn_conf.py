@@ -76,7 +76,32 @@ def _tls_files() -> tuple[str | None, str | None]:
     )
 
 
+def _prepare_tls() -> None:
+    """Let an Operator with webhooks provide its own certificate before gunicorn listens.
+
+    With ``OPERATOR_KIT_TLS_DIR`` set and ``OPERATOR_KIT_APP`` naming an Operator that
+    registered webhooks, `Operator.prepare_webhook_tls` runs here, in the master: the
+    shared certificate (a Secret every replica reads; renewed when near expiry) is written
+    to that directory and the CA bundles are patched. ``OPERATOR_KIT_MANAGE_TLS=0`` turns
+    this off when the files come from elsewhere (a cert-manager Secret mounted there).
+    """
+    directory = os.environ.get("OPERATOR_KIT_TLS_DIR")
+    spec = os.environ.get("OPERATOR_KIT_APP")
+    manage = os.environ.get("OPERATOR_KIT_MANAGE_TLS", "1").strip().lower() not in (
+        "0", "false", "no", "off")
+    if not (directory and spec and manage):
+        return
+    from operator_kit.webhooks import import_target
+
+    target = import_target(spec)
+    registrations = getattr(target, "webhook_registrations", None)
+    prepare = getattr(target, "prepare_webhook_tls", None)
+    if callable(registrations) and registrations() and callable(prepare):
+        prepare(directory)
+
+
 _in_pod = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+_prepare_tls()
 
 wsgi_app = "operator_kit.webhooks:app"
 bind = [os.environ.get("OPERATOR_KIT_BIND") or ("0.0.0.0:8443" if _in_pod else "127.0.0.1:8443")]
@@ -105,6 +130,20 @@ def post_worker_init(worker: Any) -> None:
     """
     gc.collect()
     gc.freeze()
+
+
+def post_fork(server: Any, worker: Any) -> None:
+    """In the worker: send the operator's own log records (operator_kit.*, the user's) to
+    stderr next to gunicorn's, at gunicorn's level."""
+    import logging
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter(
+        "[%(asctime)s] [%(process)d] [%(levelname)s] %(name)s: %(message)s",
+        "%Y-%m-%d %H:%M:%S %z"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(loglevel.upper())
 
 
 def worker_exit(server: Any, worker: Any) -> None:
