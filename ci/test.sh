@@ -9,6 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 python -m pip install -q --disable-pip-version-check -e '.[test]'
+python -m pip install -q --disable-pip-version-check --no-deps -e samples/backup
 
 if [ -z "${OPERATOR_KIT_TEST_KUBECONFIG:-}" ]; then
   plane_dir="$(mktemp -d)/plane"

@@ -1,0 +1,100 @@
+"""The Backup controller: one CronJob per Backup, status, an Event, and a cleanup.
+
+Each Backup gets a ``batch/v1`` CronJob of the same name, server-side applied with the
+Backup as its controller owner (delete the Backup and the garbage collector deletes the
+CronJob). The controller also keeps a catalog — a ConfigMap ``backup-catalog`` listing
+the namespace's Backups, standing in for an external backup store — and removes the
+Backup's entry on deletion through the finalizer ``example.com/cleanup``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+
+from kubernetes.client.exceptions import ApiException
+
+from backup_operator.resources import Backup, BackupStatus, Condition
+from operator_kit import Action, Context, Controller, Rule
+
+CATALOG = "backup-catalog"
+
+
+def cron_job(backup: Backup) -> dict[str, object]:
+    """The CronJob that runs `backup`'s schedule."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": backup.name, "labels": {"app.kubernetes.io/part-of": "backup"}},
+        "spec": {
+            "schedule": backup.spec.schedule,
+            "concurrencyPolicy": "Forbid",
+            "jobTemplate": {"spec": {"template": {"spec": {
+                "restartPolicy": "OnFailure",
+                "containers": [{
+                    "name": "backup",
+                    "image": "busybox:1.36",
+                    "command": ["sh", "-c", f"echo backing up {backup.spec.database}"],
+                }],
+            }}}},
+        },
+    }
+
+
+class BackupController(Controller[Backup]):
+    resource = Backup
+    owns = ("batch/v1/CronJob",)
+    finalizer = "example.com/cleanup"
+    max_concurrent_reconciles = 4
+    # The catalog is a ConfigMap this controller reads and writes, not one it owns.
+    rules = (Rule([""], ["configmaps"], ["get", "create", "patch"]),)
+
+    def reconcile(self, backup: Backup, ctx: Context) -> Action:
+        job = ctx.apply_owned(backup, cron_job(backup))
+        self._catalog(ctx, backup, add=True)
+        last_run = job.get("status", {}).get("lastScheduleTime")
+        if backup.status is None or backup.status.observed_generation != backup.generation:
+            ctx.event(backup, False, "Scheduled",
+                      f"CronJob {backup.name} backs up {backup.spec.database} "
+                      f"on '{backup.spec.schedule}'")
+        ctx.patch_status(backup, BackupStatus(
+            last_run=last_run,
+            observed_generation=backup.generation,
+            conditions=[Condition("Ready", "True", "CronJobApplied",
+                                  f"CronJob {backup.name} is up to date",
+                                  _transition(backup, "Ready", "True"))],
+        ))
+        return Action.await_change()
+
+    def cleanup(self, backup: Backup, ctx: Context) -> None:
+        self._catalog(ctx, backup, add=False)
+        ctx.event(backup, False, "CleanedUp", f"removed {backup.name} from the {CATALOG}")
+
+    def _catalog(self, ctx: Context, backup: Backup, *, add: bool) -> None:
+        """Add or remove `backup` in the namespace's catalog ConfigMap."""
+        entry = json.dumps({"database": backup.spec.database, "schedule": backup.spec.schedule})
+        path = f"/api/v1/namespaces/{backup.namespace}/configmaps/{CATALOG}"
+        patch = {"data": {backup.name: entry if add else None}}
+        try:
+            ctx.api.request("PATCH", path, body=patch,
+                            content_type="application/merge-patch+json")
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            if not add:
+                return  # no catalog: nothing to remove
+            ctx.api.request("POST", f"/api/v1/namespaces/{backup.namespace}/configmaps",
+                            body={"metadata": {"name": CATALOG}, "data": {backup.name: entry}})
+
+
+def _transition(backup: Backup, kind: str, status: str) -> str:
+    """Keep a condition's lastTransitionTime unless its status changes."""
+    if backup.status is not None:
+        for condition in backup.status.conditions:
+            if condition.type == kind and condition.status == status:
+                return condition.last_transition_time or _now()
+    return _now()
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,95 @@
+"""The Backup controller against a real API server."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from backup_operator import Backup, BackupController, BackupSpec
+from kubernetes.client.exceptions import ApiException
+
+from operator_kit import Operator
+from operator_kit.testing import Namespace, TestCluster, eventually, running
+
+BACKUPS = "/apis/example.com/v1/namespaces/{ns}/backups"
+
+
+@pytest.fixture(scope="module")
+def backup_operator(cluster: TestCluster) -> Iterator[Operator]:
+    cluster.install_crd(Backup)
+    with running(Operator("backup-operator", [BackupController()]), cluster) as operator:
+        yield operator
+
+
+def create(ns: Namespace, name: str, schedule: str = "0 3 * * *",
+           database: str = "orders") -> dict[str, Any]:
+    body = Backup(name, BackupSpec(schedule=schedule, database=database),
+                  namespace=ns.name).to_dict()
+    result: dict[str, Any] = ns.api.request("POST", BACKUPS.format(ns=ns.name), body=body)
+    return result
+
+
+def backup(ns: Namespace, name: str) -> dict[str, Any] | None:
+    result: dict[str, Any] | None = ns.get("example.com/v1", "Backup", name)
+    return result
+
+
+@pytest.mark.usefixtures("backup_operator")
+def test_backup_gets_a_cron_job_with_its_schedule_status_and_an_event(
+        namespace: Namespace) -> None:
+    created = create(namespace, "nightly", schedule="0 3 * * *", database="orders")
+    job = eventually(20, lambda: namespace.get("batch/v1", "CronJob", "nightly"))
+    assert job["spec"]["schedule"] == "0 3 * * *"
+    assert "orders" in json.dumps(job["spec"]["jobTemplate"])
+    owner = job["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["uid"]) == ("Backup", created["metadata"]["uid"])
+
+    def ready() -> dict[str, Any]:
+        status: dict[str, Any] = (backup(namespace, "nightly") or {}).get("status", {})
+        assert status.get("observedGeneration") == 1, status
+        return status
+
+    status = eventually(20, ready)
+    assert status.get("last_run") is None, "the CronJob has not run yet"
+    assert status["conditions"][0]["type"] == "Ready"
+    assert status["conditions"][0]["status"] == "True"
+    events = eventually(20, lambda: [e for e in namespace.list("v1", "Event")
+                                     if e["reason"] == "Scheduled"])
+    assert "orders" in events[0]["message"]
+
+
+@pytest.mark.usefixtures("backup_operator")
+def test_schedule_change_is_applied_to_the_cron_job(namespace: Namespace) -> None:
+    create(namespace, "hourly", schedule="0 * * * *")
+    eventually(20, lambda: namespace.get("batch/v1", "CronJob", "hourly"))
+    namespace.api.request("PATCH", BACKUPS.format(ns=namespace.name) + "/hourly",
+                          body={"spec": {"schedule": "30 * * * *"}},
+                          content_type="application/merge-patch+json")
+    eventually(20, lambda: namespace.get("batch/v1", "CronJob", "hourly")["spec"]["schedule"]
+               == "30 * * * *")
+
+
+@pytest.mark.usefixtures("backup_operator")
+def test_deleting_a_backup_cleans_its_catalog_entry_and_collects_the_cron_job(
+        namespace: Namespace) -> None:
+    create(namespace, "weekly", database="users")
+    create(namespace, "keep", database="orders")
+
+    def catalog() -> dict[str, str]:
+        cm = namespace.get("v1", "ConfigMap", "backup-catalog")
+        return dict(cm.get("data") or {}) if cm else {}
+
+    eventually(20, lambda: {"weekly", "keep"} <= set(catalog()))
+    assert backup(namespace, "weekly")["metadata"]["finalizers"] == [  # type: ignore[index]
+        "example.com/cleanup"]
+    namespace.api.request("DELETE", BACKUPS.format(ns=namespace.name) + "/weekly")
+    eventually(20, lambda: backup(namespace, "weekly") is None)
+    assert set(catalog()) == {"keep"}, "cleanup removed exactly the deleted backup's entry"
+    eventually(90, lambda: namespace.get("batch/v1", "CronJob", "weekly") is None,
+               message="the garbage collector deletes the owned CronJob")
+    try:
+        namespace.api.get(f"/apis/batch/v1/namespaces/{namespace.name}/cronjobs/keep")
+    except ApiException as err:  # pragma: no cover - reported by the assertion
+        raise AssertionError("the other backup's CronJob must stay") from err
