@@ -1,0 +1,251 @@
+"""Deploy an operator "for real" without a kubelet: its manifests, its replicas as processes.
+
+`LocalDeployment` applies everything ``python -m operator_kit.manifests`` writes for an
+operator except its Deployment, and runs the replicas that Deployment would have run as
+local gunicorn processes instead — each as the operator's own ServiceAccount (a token
+from the TokenRequest API), so the generated RBAC is exactly what they may do. The
+webhook Service becomes an ExternalName pointing at ``localhost``, so the API server
+calls the generated, service-based webhook configurations on the replicas' one TLS port
+(gunicorn's ``reuse_port`` lets them share it, as pods share a Service). The replicas
+share one certificate through `WebhookCertificate.shared`, exactly as in a cluster.
+
+Used by README's main command, the end-to-end run and the RBAC tests; a generated
+project's own end-to-end test can use it the same way.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from operator_kit.localcluster.plane import free_port
+from operator_kit.manifests._deploy import operator_manifests
+from operator_kit.operator import Operator
+from operator_kit.testing import TestCluster, eventually
+
+FIELD_MANAGER = "operator-kit-local-deploy"
+
+
+def service_account_kubeconfig(cluster: TestCluster, namespace: str, name: str, path: Path,
+                               *, expiration: int = 3600) -> Path:
+    """Write a kubeconfig that acts as ServiceAccount `namespace/name` (TokenRequest)."""
+    core = client.CoreV1Api(cluster.client)
+    token = core.create_namespaced_service_account_token(
+        name, namespace, {"spec": {"expirationSeconds": expiration}}).status.token
+    source = cluster.client.configuration
+    ca = source.ssl_ca_cert
+    config = {
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "cluster", "cluster": {
+            "server": source.host, **({"certificate-authority": ca} if ca else {})}}],
+        "users": [{"name": name, "user": {"token": token}}],
+        "contexts": [{"name": name, "context": {
+            "cluster": "cluster", "user": name, "namespace": namespace}}],
+        "current-context": name,
+    }
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        yaml.safe_dump(config, handle)
+    return path
+
+
+class Replica:
+    """One gunicorn process serving the operator; its output is kept for post-mortems."""
+
+    def __init__(self, name: str, command: Sequence[str], env: dict[str, str],
+                 cwd: Path | None) -> None:
+        self.name = name
+        self.lines: list[str] = []
+        self.process = subprocess.Popen(
+            list(command), env=env, cwd=cwd, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        assert self.process.stdout is not None
+        self._reader = threading.Thread(target=self._read, args=(self.process.stdout,),
+                                        name=f"replica-{name}-log", daemon=True)
+        self._reader.start()
+
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            self.lines.append(line)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def signal(self, signum: int) -> None:
+        if self.alive():
+            os.killpg(self.process.pid, signum)
+
+    def stop(self, timeout: float = 30.0) -> int | None:
+        self.signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.signal(signal.SIGKILL)
+            self.process.wait(10)
+        self._reader.join(5)
+        return self.process.returncode
+
+
+class LocalDeployment:
+    """An operator's manifests applied to `cluster`, its replicas run as local processes."""
+
+    def __init__(self, cluster: TestCluster, operator: Operator, *, app: str,
+                 namespace: str, replicas: int = 2, port: int | None = None,
+                 pythonpath: Sequence[str] = (), work_dir: Path | None = None) -> None:
+        self.cluster = cluster
+        self.operator = operator
+        self.app = app
+        self.namespace = namespace
+        self.port = port or free_port()
+        self.replica_count = replicas
+        self.pythonpath = list(pythonpath)
+        self.dir = work_dir or Path(tempfile.mkdtemp(prefix=f"{operator.name}-"))
+        self.replicas: list[Replica] = []
+        self.documents = [doc for doc in operator_manifests(
+            operator, app=app, namespace=namespace, image="local", replicas=replicas)
+            if doc["kind"] != "Deployment"]
+        for doc in self.documents:
+            if doc["kind"] == "Service":  # the API server reaches local processes
+                doc["spec"] = {"type": "ExternalName", "externalName": "localhost",
+                               "ports": [{"name": "https", "port": self.port,
+                                          "protocol": "TCP"}]}
+            for hook in doc.get("webhooks", []):
+                hook["clientConfig"]["service"]["port"] = self.port
+            conversion = doc.get("spec", {}).get("conversion", {}).get("webhook")
+            if conversion:
+                conversion["clientConfig"]["service"]["port"] = self.port
+
+    # -- manifests -------------------------------------------------------------------------
+
+    def apply(self) -> None:
+        """Create the namespace if needed and server-side apply every document."""
+        core = client.CoreV1Api(self.cluster.client)
+        try:
+            core.create_namespace({"metadata": {"name": self.namespace}})
+        except ApiException as err:
+            if err.status != 409:
+                raise
+        for doc in self.documents:
+            self.cluster.api.apply(doc, field_manager=FIELD_MANAGER)
+            if doc["kind"] == "CustomResourceDefinition":
+                self.cluster.install_crd(doc)
+
+    def delete(self) -> None:
+        """Remove the cluster-scoped documents (the namespace goes with `delete_namespace`)."""
+        for doc in reversed(self.documents):
+            if doc["metadata"].get("namespace") or doc["kind"] == "Namespace":
+                continue
+            resource = self.cluster.api.resource_for(doc["apiVersion"], doc["kind"])
+            try:
+                self.cluster.api.request("DELETE", resource.path(None, doc["metadata"]["name"]))
+            except ApiException as err:
+                if err.status != 404:
+                    raise
+
+    # -- replicas --------------------------------------------------------------------------
+
+    def kubeconfig(self) -> Path:
+        """The operator's ServiceAccount as a kubeconfig (minted once per deployment)."""
+        path = self.dir / "operator.kubeconfig"
+        if not path.exists():
+            service_account_kubeconfig(self.cluster, self.namespace, self.operator.name, path)
+        return path
+
+    def start(self, count: int | None = None, **extra_env: str) -> list[Replica]:
+        """Start replicas (default: as many as the Deployment asks for)."""
+        started = []
+        for _ in range(count or self.replica_count):
+            index = len(self.replicas)
+            env = dict(
+                os.environ,
+                KUBECONFIG=str(self.kubeconfig()),
+                POD_NAME=f"{self.operator.name}-{index}",
+                POD_NAMESPACE=self.namespace,
+                OPERATOR_KIT_APP=self.app,
+                OPERATOR_KIT_BIND=f"127.0.0.1:{self.port}",
+                OPERATOR_KIT_TLS_DIR=str(self.dir / f"tls-{index}"),
+                PYTHONPATH=os.pathsep.join(
+                    [*self.pythonpath, *filter(None, [os.environ.get("PYTHONPATH")])]),
+                **extra_env,
+            )
+            env.pop("OPERATOR_KIT_TLS_CERT", None)
+            env.pop("OPERATOR_KIT_TLS_KEY", None)
+            replica = Replica(
+                f"{self.operator.name}-{index}",
+                [sys.executable, "-m", "gunicorn", "-c", "python:operator_kit.gunicorn_conf",
+                 "operator_kit.webhooks:app"], env, cwd=None)
+            self.replicas.append(replica)
+            started.append(replica)
+        return started
+
+    def leader(self) -> Replica | None:
+        """The replica whose POD_NAME holds the Lease now."""
+        lease = self.lease()
+        holder = (lease or {}).get("spec", {}).get("holderIdentity")
+        return next((r for r in self.replicas if r.name == holder and r.alive()), None)
+
+    def lease(self) -> Any:
+        election = self.operator.leader_election
+        name = (election.lease_name if election else "") or self.operator.name
+        try:
+            return self.cluster.api.get(
+                f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases/{name}")
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def wait_serving(self, timeout: float = 60.0) -> None:
+        """Wait until the replicas answer /livez over TLS, or fail with their logs."""
+        import ssl
+        import urllib.request
+
+        def serving() -> bool:
+            for replica in self.replicas:
+                if not replica.alive():
+                    raise AssertionError(f"{replica.name} exited:\n{replica.output()[-3000:]}")
+            context = ssl.create_default_context()
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE  # reachability only; the API server checks TLS
+            with urllib.request.urlopen(f"https://127.0.0.1:{self.port}/livez",
+                                        context=context, timeout=3) as response:
+                return bool(response.status == 200)
+
+        try:
+            eventually(timeout, serving, message=f"replicas serving on port {self.port}")
+        except AssertionError as err:
+            raise AssertionError(f"{err}\n{self.logs()}") from None
+
+    def logs(self) -> str:
+        return "\n".join(f"===== {r.name} (exit {r.process.poll()}) =====\n{r.output()}"
+                         for r in self.replicas)
+
+    def stop(self) -> None:
+        for replica in self.replicas:
+            replica.stop()
+
+    def __enter__(self) -> LocalDeployment:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.stop()
