@@ -39,17 +39,19 @@ class WebhookTarget:
 
 @dataclass(frozen=True)
 class WebhookRule:
-    """Send `operations` on `kind` (every version it has) to the webhook at `path`."""
+    """Send `operations` on `kind` (in any version, converted to `kind`'s) to `path`."""
 
     kind: type[CustomResource]
     path: str
     operations: tuple[str, ...] = ("CREATE", "UPDATE")
 
     def rule(self) -> dict[str, Any]:
+        # Only the handler's own version: with matchPolicy Equivalent the API server
+        # converts requests in any other version to it before calling the webhook.
         kind = self.kind
         return {
             "apiGroups": [kind.group],
-            "apiVersions": sorted(v.version for v in kind.versions()),
+            "apiVersions": [kind.version],
             "operations": list(self.operations),
             "resources": [kind.plural],
             "scope": "Namespaced" if kind.namespaced else "Cluster",
