@@ -10,10 +10,10 @@ order, ready for `to_yaml` or the kubernetes client.
 
 from __future__ import annotations
 
-import base64
 import copy
 from typing import Any
 
+from operator_kit.manifests._webhooks import WebhookTarget
 from operator_kit.resources import CustomResource, PrinterColumn
 
 __all__ = ["crd", "with_conversion_webhook"]
@@ -50,38 +50,22 @@ def crd(kind: type[CustomResource]) -> dict[str, Any]:
     }
 
 
-def with_conversion_webhook(
-    crd: dict[str, Any],
-    *,
-    service_name: str,
-    service_namespace: str,
-    path: str = "/convert",
-    port: int = 443,
-    ca_bundle: bytes | None = None,
-) -> dict[str, Any]:
-    """A copy of `crd` whose versions are converted by the webhook at the given Service.
+def with_conversion_webhook(crd: dict[str, Any], target: WebhookTarget,
+                            path: str = "/convert") -> dict[str, Any]:
+    """A copy of `crd` whose versions are converted by the webhook at `target` + `path`.
 
-    `ca_bundle` is the PEM of the CA that signed the webhook's certificate; without it the
-    caBundle is left for `WebhookCertificate.patch_ca_bundle` to fill in at startup.
+    Without `target.ca_bundle` the caBundle is left for
+    `WebhookCertificate.patch_ca_bundle` to fill in at startup.
     """
     if crd.get("kind") != "CustomResourceDefinition":
         raise ValueError("with_conversion_webhook needs a CustomResourceDefinition dict")
     if not path.startswith("/"):
         raise ValueError(f"conversion webhook path {path!r} must start with '/'")
-    client_config: dict[str, Any] = {
-        "service": {
-            "name": service_name,
-            "namespace": service_namespace,
-            "path": path,
-            "port": port,
-        }
-    }
-    if ca_bundle is not None:
-        client_config["caBundle"] = base64.b64encode(ca_bundle).decode("ascii")
     out = copy.deepcopy(crd)
     out["spec"]["conversion"] = {
         "strategy": "Webhook",
-        "webhook": {"conversionReviewVersions": ["v1"], "clientConfig": client_config},
+        "webhook": {"conversionReviewVersions": ["v1"],
+                    "clientConfig": target.client_config(path)},
     }
     return out
 

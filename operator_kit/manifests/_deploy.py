@@ -56,9 +56,7 @@ def operator_manifests(operator: Operator, *, app: str, namespace: str, image: s
     for kind in kinds_of(operator):
         definition = crd(kind)
         if converters and len(kind.versions()) > 1:
-            definition = with_conversion_webhook(
-                definition, service_name=target.service, service_namespace=namespace,
-                path=converters[0].path, port=target.port, ca_bundle=ca_bundle)
+            definition = with_conversion_webhook(definition, target, converters[0].path)
         docs.append(definition)
     docs += Rbac(operator.name, namespace).rules(*operator.rules()).documents()
     docs.append(service(operator.name, namespace))

@@ -36,7 +36,7 @@ from kubernetes.client.exceptions import ApiException
 
 from operator_kit.certificates import WebhookCertificate
 from operator_kit.client import Api, api_client
-from operator_kit.manifests import crd, with_conversion_webhook
+from operator_kit.manifests import WebhookTarget, crd, with_conversion_webhook
 from operator_kit.resources import CustomResource
 from operator_kit.testing import Namespace, TestCluster, eventually
 from operator_kit.webhooks import AdmissionRequest, Denied, Webhooks
@@ -335,8 +335,7 @@ def setup(cluster: TestCluster) -> Iterator[Setup]:
             ),
         )
         definition = with_conversion_webhook(
-            crd(Gadget), service_name=SERVICE, service_namespace=ns.name, port=server.port
-        )
+            crd(Gadget), WebhookTarget(SERVICE, ns.name, port=server.port))
         cluster.install_crd(definition)
         # No caBundle anywhere yet: patch_ca_bundle is what makes the API server trust us.
         cert.patch_ca_bundle(

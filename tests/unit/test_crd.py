@@ -11,6 +11,7 @@ from typing import Any, Optional
 import pytest
 import yaml
 
+from operator_kit.manifests import WebhookTarget
 from operator_kit.manifests._crd import crd, with_conversion_webhook
 from operator_kit.resources import CustomResource, PrinterColumn
 
@@ -244,8 +245,7 @@ def test_crd_returns_a_new_dict_each_time() -> None:
 
 def test_with_conversion_webhook_adds_the_webhook_strategy() -> None:
     doc = with_conversion_webhook(
-        crd(Backup), service_name="backup-operator", service_namespace="ops", ca_bundle=b"PEM"
-    )
+        crd(Backup), WebhookTarget("backup-operator", "ops", ca_bundle=b"PEM"))
     assert doc["spec"]["conversion"] == {
         "strategy": "Webhook",
         "webhook": {
@@ -264,9 +264,8 @@ def test_with_conversion_webhook_adds_the_webhook_strategy() -> None:
 
 
 def test_with_conversion_webhook_takes_path_and_port_and_may_omit_ca_bundle() -> None:
-    doc = with_conversion_webhook(
-        crd(Backup), service_name="s", service_namespace="n", path="/convert-backups", port=8443
-    )
+    doc = with_conversion_webhook(crd(Backup), WebhookTarget("s", "n", port=8443),
+                                  "/convert-backups")
     client_config = doc["spec"]["conversion"]["webhook"]["clientConfig"]
     assert client_config == {
         "service": {"name": "s", "namespace": "n", "path": "/convert-backups", "port": 8443}
@@ -276,15 +275,13 @@ def test_with_conversion_webhook_takes_path_and_port_and_may_omit_ca_bundle() ->
 def test_with_conversion_webhook_leaves_its_input_unchanged() -> None:
     original = crd(Backup)
     before = copy.deepcopy(original)
-    doc = with_conversion_webhook(original, service_name="s", service_namespace="n")
+    doc = with_conversion_webhook(original, WebhookTarget("s", "n"))
     assert original == before
     assert {k: v for k, v in doc["spec"].items() if k != "conversion"} == original["spec"]
 
 
 def test_with_conversion_webhook_checks_its_arguments() -> None:
     with pytest.raises(ValueError, match="needs a CustomResourceDefinition"):
-        with_conversion_webhook({"kind": "Service"}, service_name="s", service_namespace="n")
+        with_conversion_webhook({"kind": "Service"}, WebhookTarget("s", "n"))
     with pytest.raises(ValueError, match="path 'convert' must start with '/'"):
-        with_conversion_webhook(
-            crd(Backup), service_name="s", service_namespace="n", path="convert"
-        )
+        with_conversion_webhook(crd(Backup), WebhookTarget("s", "n"), "convert")
