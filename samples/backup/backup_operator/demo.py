@@ -70,6 +70,10 @@ def main() -> int:
         except ApiException as err:
             if err.status != 404:
                 raise
+        eventually(30, lambda: cluster.api.request(
+            "POST", path, query={"dryRun": "All"},
+            body=Backup("probe", BackupSpec(database="d", schedule="* * * * *")).to_dict()),
+            message="the API server calls the webhooks over trusted TLS")
         try:
             cluster.api.request("POST", path, body=Backup(
                 "broken", BackupSpec(database="orders", schedule="")).to_dict())
