@@ -200,3 +200,23 @@ def test_lease_rule_is_part_of_the_operator_rules() -> None:
     lease = Rule(["coordination.k8s.io"], ["leases"], ["create", "get", "update"])
     assert lease in with_lease.rules()
     assert lease not in without.rules()
+
+
+def test_leader_paused_past_its_lease_never_reconciles_again_after_resuming(
+        namespace: Namespace, cluster: TestCluster, replicas: list[Replica]) -> None:
+    first = start(replicas, namespace, cluster.kubeconfig, "paused")
+    eventually(30, lambda: holder(namespace) == "paused")
+    start(replicas, namespace, cluster.kubeconfig, "second")
+    create_widget(namespace, "w", size=1)
+    eventually(30, lambda: by(namespace, "w", 1) == "paused")
+    first.process.send_signal(signal.SIGSTOP)  # a stop-the-world pause, a frozen VM
+    eventually(LEASE + RETRY * 2.2 + 5, lambda: holder(namespace) == "second")
+    set_size(namespace, "w", 2)
+    eventually(10, lambda: by(namespace, "w", 2) == "second")
+    reconciles = first.reconciled()
+    first.process.send_signal(signal.SIGCONT)
+    set_size(namespace, "w", 3)  # a change the resumed replica sees in its queue
+    code = first.process.wait(DEADLINE + 5)
+    assert code != 0, "a leader that lost its lease while paused exits non-zero"
+    assert first.reconciled() == reconciles, first.output()
+    eventually(10, lambda: by(namespace, "w", 3) == "second")
