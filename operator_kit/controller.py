@@ -215,7 +215,8 @@ class Controller(Generic[R]):
     classes, ``"batch/v1/CronJob"`` strings or `Kind`), ``finalizer`` (a name; then
     `cleanup` runs before the object goes), ``namespace`` (None: all),
     ``label_selector``, ``field_selector``, ``max_concurrent_reconciles``, ``on_error``
-    (first retry delay after a failure, doubling up to ``max_backoff``), ``rules``
+    (first retry delay after a failure, doubling up to ``max_backoff``),
+    ``reconcile_timeout`` (a reconcile running longer is reported as stuck), ``rules``
     (extra RBAC rules reconcile needs) and ``name`` (default: the kind, lower case).
     """
 
@@ -228,6 +229,7 @@ class Controller(Generic[R]):
     max_concurrent_reconciles: int = 1
     on_error: float = 5.0
     max_backoff: float = 300.0
+    reconcile_timeout: float = 300.0
     rules: Sequence[Rule] = ()
     name: str = ""
 
@@ -307,6 +309,8 @@ class ControllerRunner:
             resource = api.resource_for(owned.api_version, owned.kind)
             self.owned.append(informer_for(resource, controller, owned=True))
         self._workers: list[threading.Thread] = []
+        self._running: dict[Key, float] = {}  # key -> monotonic start, for the watchdog
+        self._running_lock = threading.Lock()
         self._owner_group = kind.group
         self._owner_kind = kind.kind
         self._namespaced = kind.namespaced
@@ -316,6 +320,7 @@ class ControllerRunner:
         self._depth = metrics.QUEUE_DEPTH.labels(self.name)
         self._retries = metrics.RETRIES.labels(self.name)
         self._in_flight = metrics.IN_FLIGHT.labels(self.name)
+        self._stuck = metrics.STUCK.labels(self.name)
 
     # -- events → keys -------------------------------------------------------------------
 
@@ -352,6 +357,36 @@ class ControllerRunner:
                                       daemon=True)
             worker.start()
             self._workers.append(worker)
+        watchdog = threading.Thread(target=self._watch_stuck, name=f"watchdog-{self.name}",
+                                    daemon=True)
+        watchdog.start()
+        self._workers.append(watchdog)
+
+    def _watch_stuck(self) -> None:
+        """Report reconciles running past ``reconcile_timeout`` (once each).
+
+        A Python thread cannot be stopped from outside, so a hung reconcile keeps its key
+        and its worker; what the watchdog can do is make it visible: an error log, a
+        Warning Event on the object, and the ``..._stuck_reconciles`` gauge. The other
+        workers, and other keys, carry on."""
+        timeout = self.controller.reconcile_timeout
+        reported: set[tuple[Key, float]] = set()
+        while not self.stop.wait(min(1.0, timeout / 4)):
+            now = time.monotonic()
+            with self._running_lock:
+                running = dict(self._running)
+            stuck = {(key, started) for key, started in running.items()
+                     if now - started > timeout}
+            self._stuck.set(len(stuck))
+            for key, started in stuck - reported:
+                log.error("%s: reconcile of %s has run for %.0fs (reconcile_timeout %gs): "
+                          "it may be hung on a call without a timeout", self.name,
+                          _describe(key), now - started, timeout)
+                raw = self.primary.get(key)
+                if raw is not None:
+                    self.context.event(raw, True, "ReconcileStuck",
+                                       f"reconcile has run for more than {timeout:g}s")
+            reported = stuck
 
     def synced(self) -> bool:
         return self.primary.synced.is_set() and all(i.synced.is_set() for i in self.owned)
@@ -399,6 +434,8 @@ class ControllerRunner:
             return
         started = time.monotonic()
         self._in_flight.inc()
+        with self._running_lock:
+            self._running[key] = started
         try:
             action = self._finalize_or_reconcile(obj)
         except _Conflict:
@@ -414,6 +451,8 @@ class ControllerRunner:
             self.context.event(obj, True, "ReconcileError", f"{type(err).__name__}: {err}")
             return
         finally:
+            with self._running_lock:
+                self._running.pop(key, None)
             self._in_flight.dec()
             self._reconciles.inc()
             self._duration.observe(time.monotonic() - started)

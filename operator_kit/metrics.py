@@ -43,6 +43,12 @@ IN_FLIGHT = Gauge(
     ["controller"],
 )
 
+STUCK = Gauge(
+    "operator_kit_controller_stuck_reconciles",
+    "Reconciles running longer than the controller's reconcile_timeout.",
+    ["controller"],
+)
+
 # -- watches ---------------------------------------------------------------------------
 WATCH_RESTARTS = Counter(
     "operator_kit_watch_restarts",

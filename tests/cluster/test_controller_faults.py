@@ -225,3 +225,94 @@ def test_reconcile_that_raises_on_some_objects_does_not_hold_up_others(
         raise AssertionError("bad-1 must not have been reconciled")
     except ApiException as err:
         assert err.status == 404
+
+
+def test_hung_reconcile_is_reported_and_does_not_hold_up_others(
+        namespace: Namespace, run_operator: RunOperator) -> None:
+    import threading
+
+    release = threading.Event()
+
+    class Hanging(WidgetController):
+        max_concurrent_reconciles = 2
+        reconcile_timeout = 1.0
+
+        def reconcile(self, obj: Any, ctx: Any) -> Any:
+            if obj.name == "hangs":
+                release.wait(60)  # a call without a timeout, say
+            return super().reconcile(obj, ctx)
+
+    run_operator(Hanging(namespace.name))
+    try:
+        create_widget(namespace, "hangs")
+        for i in range(4):
+            create_widget(namespace, f"fine-{i}", size=i)
+        for i in range(4):
+            eventually(20, lambda i=i: size_in_config_map(namespace, f"fine-{i}") == str(i))
+
+        def stuck() -> float:
+            return REGISTRY.get_sample_value("operator_kit_controller_stuck_reconciles",
+                                             {"controller": "widget"}) or 0.0
+
+        eventually(10, lambda: stuck() == 1, message="the hung reconcile is counted")
+        eventually(10, lambda: any(e["reason"] == "ReconcileStuck"
+                                   for e in namespace.list("v1", "Event")))
+    finally:
+        release.set()
+    eventually(20, lambda: size_in_config_map(namespace, "hangs") == "1")
+
+
+def test_changes_made_while_etcd_restarts_are_not_lost(
+        namespace: Namespace, run_operator: RunOperator, local_plane: LocalCluster) -> None:
+    run_operator(WidgetController(namespace.name))
+    create_widget(namespace, "a", size=1)
+    eventually(20, lambda: size_in_config_map(namespace, "a") == "1")
+    local_plane.restart("etcd")
+    eventually(60, lambda: set_size(namespace, "a", 2) or True)  # the API server recovers
+    create_widget(namespace, "b", size=4)
+    eventually(60, lambda: size_in_config_map(namespace, "a") == "2")
+    eventually(60, lambda: size_in_config_map(namespace, "b") == "4")
+
+
+def test_another_writer_fighting_over_the_same_objects_converges(
+        namespace: Namespace, run_operator: RunOperator) -> None:
+    import threading
+
+    recorder = Recorder()
+    run_operator(WidgetController(namespace.name, recorder))
+    for i in range(3):
+        create_widget(namespace, f"w{i}", size=0)
+    stop = threading.Event()
+
+    def meddle() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            for i in range(3):
+                cm = f"/api/v1/namespaces/{namespace.name}/configmaps/w{i}"
+                try:  # overwrite a field the operator owns, and change the spec
+                    namespace.api.request("PATCH", cm, body={"data": {"size": "tampered"}},
+                                          content_type="application/merge-patch+json")
+                    set_size(namespace, f"w{i}", n)
+                except ApiException:
+                    pass
+            stop.wait(0.05)
+
+    meddler = threading.Thread(target=meddle, name="meddler")
+    meddler.start()
+    time.sleep(4)
+    stop.set()
+    meddler.join(10)
+    for i in range(3):
+        final = namespace.api.get(widget_path(namespace, f"w{i}"))
+
+        def converged(i: int = i, final: Any = final) -> bool:
+            obj = namespace.api.get(widget_path(namespace, f"w{i}"))
+            return (size_in_config_map(namespace, f"w{i}") == str(final["spec"]["size"])
+                    and obj.get("status", {}).get("observed_generation")
+                    == obj["metadata"]["generation"])
+
+        eventually(30, converged, message=f"w{i} converged after the fight")
+    settled = len(recorder.calls)
+    time.sleep(2)
+    assert len(recorder.calls) == settled, "no reconciling once the other writer stopped"
