@@ -17,13 +17,19 @@ from tests.cluster.conftest import Widget, WidgetController
 
 class StampingController(WidgetController):
     identity = ""
+    slow = 0.0
 
     def reconcile(self, obj: Widget, ctx: Context) -> Action:
+        if self.slow:  # half the work, a pause (a SIGKILL may land here), the rest
+            ctx.patch_status(obj, {"observed_size": None})
+            print(f"reconciling {obj.name} size={obj.spec.size}", flush=True)
+            time.sleep(self.slow)
         ctx.apply_owned(obj, {
             "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": obj.name},
             "data": {"size": str(obj.spec.size), "reconciled_by": self.identity,
                      "at": repr(time.time())},
         })
+        ctx.patch_status(obj, {"observed_size": obj.spec.size})
         print(f"reconciled {obj.name} size={obj.spec.size}", flush=True)
         return Action.await_change()
 
@@ -36,11 +42,14 @@ def main() -> int:
     parser.add_argument("--lease-duration", type=float, default=15.0)
     parser.add_argument("--renew-deadline", type=float, default=10.0)
     parser.add_argument("--retry-period", type=float, default=2.0)
+    parser.add_argument("--slow", type=float, default=0.0,
+                        help="seconds to pause in the middle of each reconcile")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, stream=sys.stdout,
                         format="%(asctime)s %(threadName)s %(name)s %(message)s")
     controller = StampingController(args.namespace)
     controller.identity = args.identity
+    controller.slow = args.slow
     operator = Operator(
         "replica-test", [controller], namespace=args.namespace, kubeconfig=args.kubeconfig,
         leader_election=LeaderElection(

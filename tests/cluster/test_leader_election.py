@@ -35,13 +35,13 @@ ROOT = Path(__file__).resolve().parents[2]
 class Replica:
     """An operator process whose output is collected line by line."""
 
-    def __init__(self, ns: Namespace, kubeconfig: str, identity: str) -> None:
+    def __init__(self, ns: Namespace, kubeconfig: str, identity: str, *args: str) -> None:
         self.identity = identity
         self.lines: list[str] = []
         self.process = subprocess.Popen(
             [sys.executable, "-m", "tests.cluster.replica", ns.name, kubeconfig, identity,
              "--lease-duration", str(LEASE), "--renew-deadline", str(DEADLINE),
-             "--retry-period", str(RETRY)],
+             "--retry-period", str(RETRY), *args],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert self.process.stdout is not None
         self._reader = threading.Thread(target=self._read, args=(self.process.stdout,),
@@ -73,8 +73,9 @@ def replicas(namespace: Namespace, cluster: TestCluster) -> Iterator[list[Replic
         replica.stop()
 
 
-def start(replicas: list[Replica], ns: Namespace, kubeconfig: str, identity: str) -> Replica:
-    replica = Replica(ns, kubeconfig, identity)
+def start(replicas: list[Replica], ns: Namespace, kubeconfig: str, identity: str,
+          *args: str) -> Replica:
+    replica = Replica(ns, kubeconfig, identity, *args)
     replicas.append(replica)
     return replica
 
@@ -220,3 +221,19 @@ def test_leader_paused_past_its_lease_never_reconciles_again_after_resuming(
     assert code != 0, "a leader that lost its lease while paused exits non-zero"
     assert first.reconciled() == reconciles, first.output()
     eventually(10, lambda: by(namespace, "w", 3) == "second")
+
+
+def test_sigkill_in_the_middle_of_a_reconcile_leaves_work_the_next_leader_finishes(
+        namespace: Namespace, cluster: TestCluster, replicas: list[Replica]) -> None:
+    first = start(replicas, namespace, cluster.kubeconfig, "killed", "--slow", "3")
+    eventually(30, lambda: holder(namespace) == "killed")
+    start(replicas, namespace, cluster.kubeconfig, "second", "--slow", "0.1")
+    create_widget(namespace, "w", size=5)
+    eventually(30, lambda: "reconciling w size=5" in first.output())
+    first.process.send_signal(signal.SIGKILL)  # status half-written, no ConfigMap yet
+
+    def finished() -> bool:
+        obj = namespace.api.get(widget_path(namespace, "w"))
+        return by(namespace, "w", 5) == "second" and obj["status"].get("observed_size") == 5
+
+    eventually(LEASE + RETRY * 2.2 + 10, finished, message="the next leader finished the work")
