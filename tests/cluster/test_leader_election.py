@@ -237,3 +237,22 @@ def test_sigkill_in_the_middle_of_a_reconcile_leaves_work_the_next_leader_finish
         return by(namespace, "w", 5) == "second" and obj["status"].get("observed_size") == 5
 
     eventually(LEASE + RETRY * 2.2 + 10, finished, message="the next leader finished the work")
+
+
+def test_sigterm_under_load_finishes_every_reconcile_it_started(
+        namespace: Namespace, cluster: TestCluster, replicas: list[Replica]) -> None:
+    first = start(replicas, namespace, cluster.kubeconfig, "busy", "--slow", "0.3")
+    eventually(30, lambda: holder(namespace) == "busy")
+    start(replicas, namespace, cluster.kubeconfig, "next", "--slow", "0.05")
+    for i in range(20):
+        create_widget(namespace, f"w{i}", size=i)
+    eventually(30, lambda: first.output().count("reconciling ") >= 3)
+    first.process.send_signal(signal.SIGTERM)
+    assert first.process.wait(30) == 0, first.output()
+    started = {line.split()[1] for line in first.lines if line.startswith("reconciling ")}
+    finished = {line.split()[1] for line in first.lines if line.startswith("reconciled ")}
+    assert started and started == finished, "every reconcile it started, it finished"
+    for i in range(20):
+        eventually(60, lambda i=i: (namespace.api.get(widget_path(namespace, f"w{i}"))
+                                    .get("status", {}).get("observed_size")) == i,
+                   message=f"w{i} converged")
