@@ -209,6 +209,19 @@ class Api:
         return found
 
 
+THROTTLE_RETRIES = 10
+"""How often one request is retried after 429 Too Many Requests (client-go's number)."""
+
+
+def throttle_delay(err: ApiException) -> float:
+    """The Retry-After of a 429 answer in seconds (1 s when absent; at most 10 s)."""
+    try:
+        seconds = float((err.headers or {}).get("Retry-After", 1))
+    except (TypeError, ValueError):
+        seconds = 1.0
+    return min(max(seconds, 0.1), 10.0)
+
+
 def _query_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import random
 import threading
 import time
 from collections import OrderedDict
@@ -44,7 +45,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from operator_kit import metrics
-from operator_kit.client import Api, Resource
+from operator_kit.client import Api, Resource, throttle_delay
 from operator_kit.events import EventRecorder
 from operator_kit.queueing import Backoff, WorkQueue
 from operator_kit.rbac import Rule, guess_plural
@@ -441,6 +442,16 @@ class ControllerRunner:
         except _Conflict:
             self.enqueue(key, 0.2)  # our cache is behind; look again once it catches up
             return
+        except ApiException as err:
+            if err.status != 429:
+                self._failed(key, obj, err)
+                return
+            # Throttled even after the client's own retries: come back after Retry-After,
+            # spread out so keys refused together do not return together, without
+            # escalating the key's failure backoff or adding an Event to the load.
+            self._retries.inc()
+            self.enqueue(key, throttle_delay(err) * (1 + 2 * random.random()))
+            return
         except Exception as err:
             self._errors.inc()
             self._retries.inc()
@@ -459,6 +470,15 @@ class ControllerRunner:
         self.queue.forget(key)
         if action is not None and action.requeue_after is not None:
             self.enqueue(key, action.requeue_after)
+
+    def _failed(self, key: Key, obj: CustomResource, err: Exception) -> None:
+        self._errors.inc()
+        self._retries.inc()
+        delay = self.queue.add_failure(key)
+        log.error("%s: reconcile of %s failed (attempt %d, retrying in %.1fs): %s",
+                  self.name, _describe(key), self.queue.failures(key), delay, err,
+                  exc_info=not isinstance(err, ApiException))
+        self.context.event(obj, True, "ReconcileError", f"{type(err).__name__}: {err}")
 
     def _finalize_or_reconcile(self, obj: CustomResource) -> Action | None:
         finalizer = self.controller.finalizer
