@@ -452,14 +452,8 @@ class ControllerRunner:
             self._retries.inc()
             self.enqueue(key, throttle_delay(err) * (1 + 2 * random.random()))
             return
-        except Exception as err:
-            self._errors.inc()
-            self._retries.inc()
-            delay = self.queue.add_failure(key)
-            log.error("%s: reconcile of %s failed (attempt %d, retrying in %.1fs): %s",
-                      self.name, _describe(key), self.queue.failures(key), delay, err,
-                      exc_info=not isinstance(err, ApiException))
-            self.context.event(obj, True, "ReconcileError", f"{type(err).__name__}: {err}")
+        except Exception as err:  # noqa: BLE001 - any failure backs off and retries (logged)
+            self._failed(key, obj, err)
             return
         finally:
             with self._running_lock:
@@ -472,6 +466,7 @@ class ControllerRunner:
             self.enqueue(key, action.requeue_after)
 
     def _failed(self, key: Key, obj: CustomResource, err: Exception) -> None:
+        """A failed reconcile: count it, back off, say so in the log and on the object."""
         self._errors.inc()
         self._retries.inc()
         delay = self.queue.add_failure(key)
