@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from operator_kit import Action, Context, Controller, CustomResource, Operator, PrinterColumn
-from operator_kit.localcluster import LocalCluster
+from operator_kit.localcluster import BinariesError, LocalCluster, find_or_build
 from operator_kit.testing import Namespace, TestCluster
 
 
@@ -132,3 +132,14 @@ def local_plane(cluster: TestCluster) -> LocalCluster:
         pytest.skip("this test restarts control-plane processes: it needs the local plane "
                     "(python -m operator_kit.localcluster up), not kind or k3d")
     return LocalCluster(folder)
+
+
+@pytest.fixture(scope="session")
+def binaries() -> None:
+    """The control plane's binaries, for tests that start a plane of their own."""
+    try:
+        find_or_build(log=False)
+    except BinariesError as err:
+        if TestCluster.required():
+            pytest.fail(str(err), pytrace=False)
+        pytest.skip(str(err))

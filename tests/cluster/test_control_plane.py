@@ -6,14 +6,16 @@ k3d). Each proves one behaviour a fake API server would get wrong or not have at
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from operator_kit.client import Api
+from operator_kit.client import Api, api_client
 from operator_kit.testing import Namespace, TestCluster, eventually
+from operator_kit.testing.deploy import service_account_kubeconfig
 
 GROUP = "plane.operator-kit.test"
 
@@ -180,18 +182,13 @@ def test_namespace_with_objects_finishes_deleting(cluster: TestCluster) -> None:
     ns.delete(wait=True, timeout=120)
 
 
-def test_service_account_without_rights_is_forbidden(namespace: Namespace) -> None:
+def test_service_account_without_rights_is_forbidden(namespace: Namespace,
+                                                     tmp_path: Path) -> None:
     core = client.CoreV1Api(namespace.cluster.client)
     core.create_namespaced_service_account(namespace.name, {"metadata": {"name": "nobody"}})
-    token = core.create_namespaced_service_account_token(
-        "nobody", namespace.name, {"spec": {"expirationSeconds": 600}}
-    ).status.token
-    source = namespace.cluster.client.configuration
-    configuration = client.Configuration()
-    configuration.host = source.host
-    configuration.ssl_ca_cert = source.ssl_ca_cert
-    configuration.api_key = {"authorization": "Bearer " + token}
-    with client.ApiClient(configuration) as as_nobody:
+    kubeconfig = service_account_kubeconfig(namespace.cluster, namespace.name, "nobody",
+                                            tmp_path / "nobody.kubeconfig")
+    with api_client(kubeconfig) as as_nobody:
         with pytest.raises(ApiException) as denied:
             client.CoreV1Api(as_nobody).list_namespaced_config_map(namespace.name)
     assert denied.value.status == 403

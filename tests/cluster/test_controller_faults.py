@@ -10,6 +10,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,8 +18,10 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client import REGISTRY
 
 from operator_kit import Operator
+from operator_kit.client import api_client
 from operator_kit.localcluster import LocalCluster
 from operator_kit.testing import Namespace, TestCluster, eventually
+from operator_kit.testing.deploy import service_account_kubeconfig
 from operator_kit.testing.faults import TcpProxy, proxied_client
 
 from .conftest import Recorder, WidgetController, create_widget, widget_path
@@ -130,19 +133,16 @@ def test_stalled_watch_is_detected_and_reopened(namespace: Namespace, cluster: T
 
 
 def test_missing_rbac_on_the_watch_is_logged_and_retried(
-        namespace: Namespace, cluster: TestCluster, caplog: pytest.LogCaptureFixture) -> None:
+        namespace: Namespace, cluster: TestCluster, caplog: pytest.LogCaptureFixture,
+        tmp_path: Path) -> None:
     from kubernetes import client
 
     core = client.CoreV1Api(cluster.client)
     core.create_namespaced_service_account(namespace.name, {"metadata": {"name": "nobody"}})
-    token = core.create_namespaced_service_account_token(
-        "nobody", namespace.name, {"spec": {"expirationSeconds": 600}}).status.token
-    configuration = client.Configuration()
-    configuration.host = cluster.client.configuration.host
-    configuration.ssl_ca_cert = cluster.client.configuration.ssl_ca_cert
-    configuration.api_key = {"authorization": "Bearer " + token}
+    kubeconfig = service_account_kubeconfig(cluster, namespace.name, "nobody",
+                                            tmp_path / "nobody.kubeconfig")
     operator = Operator("test-operator", [WidgetController(namespace.name)])
-    operator.use(client.ApiClient(configuration))
+    operator.use(api_client(kubeconfig))
     caplog.set_level("ERROR", logger="operator_kit.watching")
     operator.start()
     try:

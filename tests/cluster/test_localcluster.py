@@ -13,18 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from operator_kit.localcluster import BinariesError, LocalCluster, LocalClusterError, find_or_build
-from operator_kit.testing import TestCluster
-
-
-@pytest.fixture(scope="module")
-def binaries() -> None:
-    try:
-        find_or_build(log=False)
-    except BinariesError as err:
-        if TestCluster.required():
-            pytest.fail(str(err), pytrace=False)
-        pytest.skip(str(err))
+from operator_kit.localcluster import LocalCluster, LocalClusterError
 
 
 def alive(pid: int) -> bool:

@@ -30,13 +30,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-import yaml
 from kubernetes.client.exceptions import ApiException
 from prometheus_client import REGISTRY
 
 from operator_kit import Operator
-from operator_kit.localcluster import BinariesError, LocalCluster, find_or_build
+from operator_kit.localcluster import LocalCluster
 from operator_kit.testing import Namespace, TestCluster, eventually, running
+from operator_kit.testing.deploy import service_account_kubeconfig
 from tests.cluster.conftest import Widget, WidgetController, WidgetSpec
 
 T = TypeVar("T")
@@ -49,16 +49,6 @@ THROTTLED = [
 ]
 
 
-@pytest.fixture(scope="module")
-def binaries() -> None:
-    try:
-        find_or_build(log=False)
-    except BinariesError as err:
-        if TestCluster.required():
-            pytest.fail(str(err), pytrace=False)
-        pytest.skip(str(err))
-
-
 @pytest.fixture
 def throttled_plane(binaries: None, tmp_path: Path) -> Iterator[LocalCluster]:
     plane = LocalCluster(tmp_path / "throttled")
@@ -69,7 +59,7 @@ def throttled_plane(binaries: None, tmp_path: Path) -> Iterator[LocalCluster]:
         plane.down()
 
 
-def unprivileged_kubeconfig(admin: TestCluster, plane: LocalCluster, path: Path) -> str:
+def unprivileged_kubeconfig(admin: TestCluster, path: Path) -> str:
     """A kubeconfig for a cluster-admin ServiceAccount: subject to max-in-flight, unlike
     system:masters."""
     admin.api.request("POST", "/api/v1/namespaces/default/serviceaccounts",
@@ -81,22 +71,7 @@ def unprivileged_kubeconfig(admin: TestCluster, plane: LocalCluster, path: Path)
                           "name": "cluster-admin"},
               "subjects": [{"kind": "ServiceAccount", "name": "throttled",
                             "namespace": "default"}]})
-    token = admin.api.request(
-        "POST", "/api/v1/namespaces/default/serviceaccounts/throttled/token",
-        body={"spec": {"expirationSeconds": 3600}})["status"]["token"]
-    config = {
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": "throttled", "cluster": {
-            "server": plane.server,
-            "certificate-authority": str(plane.dir / "pki" / "ca.crt")}}],
-        "users": [{"name": "throttled", "user": {"token": token}}],
-        "contexts": [{"name": "throttled",
-                      "context": {"cluster": "throttled", "user": "throttled"}}],
-        "current-context": "throttled",
-    }
-    path.write_text(yaml.safe_dump(config))
-    path.chmod(0o600)
-    return str(path)
+    return str(service_account_kubeconfig(admin, "default", "throttled", path))
 
 
 class Throttled:
@@ -165,7 +140,7 @@ def test_operator_converges_without_spinning_under_429s(throttled_plane: LocalCl
     admin = TestCluster(str(throttled_plane.kubeconfig))  # system:masters: never throttled
     admin.install_crd(Widget)
     ns: Namespace = admin.namespace("throttle")
-    cluster = TestCluster(unprivileged_kubeconfig(admin, throttled_plane,
+    cluster = TestCluster(unprivileged_kubeconfig(admin,
                                                   tmp_path / "throttled.kubeconfig"))
 
     controller = WidgetController(ns.name)
