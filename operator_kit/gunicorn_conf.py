@@ -6,11 +6,16 @@ Every setting can still be overridden on the command line or with ``GUNICORN_CMD
 
 Why these values:
 
-- ``workers = 1``, ``worker_class = "gthread"``, 8 threads: an operator's controllers run
-  inside the worker that loads the app (`operator_kit.webhooks.load_app` starts them), so
-  a second worker would run every controller twice. Threads give the concurrency a
+- ``workers = 1``, a gthread worker (`operator_kit.gunicorn_worker.ThreadWorker`), 8
+  threads: an operator's controllers run inside the worker that loads the app
+  (`operator_kit.webhooks.load_app` starts them), so a second worker would run every
+  controller twice. Threads give the concurrency a
   webhook needs; handlers are short and mostly wait on the GIL-free parts (TLS, I/O).
   Scale with replicas (and leader election), not workers.
+- Each request must be received in full within ``OPERATOR_KIT_READ_TIMEOUT`` seconds
+  (default 5) of a thread taking it up, else its connection is closed: without that, as
+  many stalled or trickling clients as threads would stop every webhook being answered
+  (see `operator_kit.gunicorn_worker`).
 - ``reuse_port``: two replicas (or an old and a new process during a rollout) may listen
   on one port, as pods behind a Service do.
 - TLS is required: the API server only calls webhooks over HTTPS. The files come from
@@ -42,6 +47,8 @@ from __future__ import annotations
 import gc
 import os
 from typing import Any
+
+from operator_kit.gunicorn_worker import read_timeout_from_env
 
 _TRUE = ("1", "true", "yes", "on")
 
@@ -105,7 +112,8 @@ _prepare_tls()
 
 wsgi_app = "operator_kit.webhooks:app"
 bind = [os.environ.get("OPERATOR_KIT_BIND") or ("0.0.0.0:8443" if _in_pod else "127.0.0.1:8443")]
-worker_class = "gthread"
+worker_class = "operator_kit.gunicorn_worker.ThreadWorker"
+read_timeout_from_env()  # a malformed OPERATOR_KIT_READ_TIMEOUT stops the start here
 workers = 1
 threads = int(os.environ.get("OPERATOR_KIT_THREADS", "8"))
 reuse_port = True

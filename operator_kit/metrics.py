@@ -75,6 +75,11 @@ WEBHOOK_REQUESTS = Counter(
     "bad_request, error).",
     ["path", "outcome"],
 )
+WEBHOOK_READ_TIMEOUTS = Counter(
+    "operator_kit_webhook_read_timeouts",
+    "Connections closed because their request was not received within "
+    "OPERATOR_KIT_READ_TIMEOUT (slow or stalled clients).",
+)
 WEBHOOK_DURATION = Histogram(
     "operator_kit_webhook_duration_seconds",
     "Time to answer one webhook request, by path.",

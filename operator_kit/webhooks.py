@@ -320,6 +320,11 @@ class Webhooks(flask.Flask):
             raise _BadInput(too_large, 413) from None
         if len(data) > self.max_body_bytes:
             raise _BadInput(too_large, 413)
+        if length is not None and len(data) < length:
+            raise _BadInput(
+                f"the body ended after {len(data)} of the {length} bytes announced: the "
+                "client closed the connection, or did not send the body in time"
+            )
         try:
             review = json.loads(data, parse_constant=_reject_constant)
         except ValueError as err:

@@ -695,6 +695,24 @@ def test_a_chunked_body_over_the_limit_is_refused(http: FlaskClient) -> None:
     assert response.get_json() == {"error": "body larger than 65536 bytes"}
 
 
+def test_a_body_shorter_than_its_content_length_is_a_400_that_says_so(
+    http: FlaskClient,
+) -> None:
+    # What the app sees when the client hung up, or its connection was closed because the
+    # body did not arrive in time (operator_kit.gunicorn_worker): not "body is not JSON".
+    response = http.post(
+        "/validate",
+        input_stream=io.BytesIO(b'{"apiVersion": "adm'),
+        headers={"Content-Type": "application/json"},
+        environ_overrides={"wsgi.input_terminated": True, "CONTENT_LENGTH": "500"},
+    )
+    assert response.status_code == 400
+    assert response.get_json() == {
+        "error": "the body ended after 19 of the 500 bytes announced: the client closed "
+        "the connection, or did not send the body in time"
+    }
+
+
 def test_an_unknown_path_is_a_json_404(http: FlaskClient) -> None:
     response = http.post("/nowhere", json={})
     assert response.status_code == 404
@@ -845,7 +863,8 @@ def test_gunicorn_conf_serves_tls_from_the_installed_certificate(
         OPERATOR_KIT_TLS_KEY=os.environ["OPERATOR_KIT_TLS_KEY"],
     )
     assert (conf.certfile, conf.keyfile) == (str(files.cert), str(files.key))
-    assert (conf.workers, conf.worker_class, conf.threads) == (1, "gthread", 8)
+    assert (conf.workers, conf.worker_class, conf.threads) == (
+        1, "operator_kit.gunicorn_worker.ThreadWorker", 8)
     assert conf.reuse_port is True and conf.accesslog is None
     assert conf.bind == ["127.0.0.1:8443"]
     assert conf.wsgi_app == "operator_kit.webhooks:app"

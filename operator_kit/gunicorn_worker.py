@@ -1,0 +1,179 @@
+"""gunicorn's threaded worker, with a deadline on receiving each request.
+
+gunicorn's ``gthread`` worker hands a connection to one of its threads, which then reads
+the TLS handshake, the request line and headers, and (through the app) the body with
+blocking reads that have no time limit. A client that stalls or trickles — one byte every
+few seconds — holds that thread for as long as it likes, and as many such clients as the
+worker has threads (8) stop every webhook from being answered: the API server's own calls
+wait until its webhook timeout and then fail. A per-read socket timeout does not help, as
+each trickled byte resets it.
+
+`ThreadWorker` bounds the whole *read* of a request instead: from the moment a thread
+takes the connection up to the last byte of the body, at most ``OPERATOR_KIT_READ_TIMEOUT``
+seconds (default 5; the API server sends a review, at most 3 MiB, in milliseconds). A
+request not received by then has its connection shut down, which wakes the thread
+blocked on it; the connection is closed, a warning names the client, and
+``operator_kit_webhook_read_timeouts_total`` counts it. The time a handler then takes
+does not count, nor does writing the answer. One thread, ``operator_kit-read-deadlines``,
+watches the deadlines; it stops with the worker.
+
+`operator_kit.gunicorn_conf` selects this worker (``worker_class``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gunicorn.workers.gthread import ThreadWorker as _GThreadWorker
+
+from operator_kit.metrics import WEBHOOK_READ_TIMEOUTS
+
+logger = logging.getLogger("operator_kit.gunicorn")
+
+DEFAULT_READ_TIMEOUT = 5.0
+CHECK_INTERVAL = 0.1
+
+
+def read_timeout_from_env() -> float:
+    """``OPERATOR_KIT_READ_TIMEOUT`` in seconds (default 5); a clear error if malformed."""
+    raw = os.environ.get("OPERATOR_KIT_READ_TIMEOUT", "").strip()
+    if not raw:
+        return DEFAULT_READ_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise ValueError(
+            f"OPERATOR_KIT_READ_TIMEOUT must be a positive number of seconds, got {raw!r}"
+        )
+    return value
+
+
+class ReadDeadlines:
+    """Connections whose request is being read, each with the time it must be read by.
+
+    `begin` when a thread takes a connection, `end` once its request has been read (or the
+    thread is done with it); `expired` takes out those past their deadline. Thread-safe;
+    the clock is injectable for tests.
+    """
+
+    def __init__(self, timeout: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.timeout = timeout
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._deadlines: dict[int, tuple[float, Any]] = {}
+
+    def begin(self, conn: Any) -> None:
+        with self._lock:
+            self._deadlines[id(conn)] = (self._clock() + self.timeout, conn)
+
+    def end(self, conn: Any) -> None:
+        with self._lock:
+            self._deadlines.pop(id(conn), None)
+
+    def expired(self) -> list[Any]:
+        now = self._clock()
+        with self._lock:
+            late = [key for key, (deadline, _) in self._deadlines.items() if deadline <= now]
+            return [self._deadlines.pop(key)[1] for key in late]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._deadlines)
+
+
+class _EndOfBody:
+    """Wraps a gunicorn body reader: calls `done` once the body has been read to its end."""
+
+    def __init__(self, reader: Any, done: Callable[[], None]) -> None:
+        self._reader = reader
+        self._done = done
+
+    def read(self, size: int) -> bytes:
+        data: bytes = self._reader.read(size)
+        if not data or getattr(self._reader, "length", None) == 0:
+            self._done()
+        return data
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._reader, name)
+
+
+def shut_down(sock: Any) -> bool:
+    """Shut a connection down in both directions so a thread blocked reading it wakes up.
+
+    The plain socket call is used even for TLS: `ssl.SSLSocket.shutdown` would also drop
+    the TLS state the blocked thread is using. False if the socket is already closed.
+    """
+    if sock is None or sock.fileno() == -1:
+        return False
+    try:
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+    except OSError:  # already disconnected
+        return False
+    return True
+
+
+class ThreadWorker(_GThreadWorker):  # type: ignore[misc]
+    """gunicorn's gthread worker with a deadline on reading each request (module docstring)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.read_deadlines = ReadDeadlines(read_timeout_from_env())
+        self._deadline_stop = threading.Event()
+
+    def run(self) -> None:
+        watcher = threading.Thread(
+            target=self._watch_deadlines, name="operator_kit-read-deadlines", daemon=True
+        )
+        watcher.start()
+        try:
+            super().run()
+        finally:
+            self._deadline_stop.set()
+            watcher.join(timeout=5)
+
+    def handle(self, conn: Any) -> Any:
+        self.read_deadlines.begin(conn)
+        try:
+            return super().handle(conn)
+        finally:
+            self.read_deadlines.end(conn)
+
+    def handle_request(self, req: Any, conn: Any) -> Any:
+        # The headers are in. The read ends with the body: now if there is none, else when
+        # the app (or gunicorn's drain after it) reaches its end.
+        body: Any = getattr(req, "body", None)
+        reader = getattr(body, "reader", None)
+        if reader is None or getattr(reader, "length", None) == 0:
+            self.read_deadlines.end(conn)
+        else:
+            body.reader = _EndOfBody(reader, lambda: self.read_deadlines.end(conn))
+        return super().handle_request(req, conn)
+
+    def _watch_deadlines(self) -> None:
+        while not self._deadline_stop.wait(CHECK_INTERVAL):
+            for conn in self.read_deadlines.expired():
+                if getattr(conn, "is_http2", False):
+                    continue  # streams are multiplexed: a deadline per request does not fit
+                if shut_down(getattr(conn, "sock", None)):
+                    WEBHOOK_READ_TIMEOUTS.inc()
+                    logger.warning(
+                        "closed the connection from %s: its request was not received "
+                        "within %.1f s (a slow or stalled client; OPERATOR_KIT_READ_TIMEOUT)",
+                        _address(getattr(conn, "client", None)),
+                        self.read_deadlines.timeout,
+                    )
+
+
+def _address(client: Any) -> str:
+    if isinstance(client, tuple) and len(client) >= 2:
+        return f"{client[0]}:{client[1]}"
+    return str(client or "an unknown client")
