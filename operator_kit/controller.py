@@ -443,6 +443,13 @@ class ControllerRunner:
             self.enqueue(key, 0.2)  # our cache is behind; look again once it catches up
             return
         except ApiException as err:
+            if err.status == 404 and self._gone(obj):
+                # Deleted while it was being reconciled (a write to it, or to its status,
+                # found nothing): not a failure, and nothing is left to retry for.
+                log.info("%s: %s was deleted while it was being reconciled (%s %s)",
+                         self.name, _describe(key), err.status, err.reason)
+                self.queue.forget(key)
+                return
             if err.status != 429:
                 self._failed(key, obj, err)
                 return
@@ -474,6 +481,20 @@ class ControllerRunner:
                   self.name, _describe(key), self.queue.failures(key), delay, err,
                   exc_info=not isinstance(err, ApiException))
         self.context.event(obj, True, "ReconcileError", f"{type(err).__name__}: {err}")
+
+    def _gone(self, obj: CustomResource) -> bool:
+        """Whether `obj` no longer exists (a 404 from a reconcile may be about another
+        object, a missing Secret say, which is a real failure). An object since created
+        again under the same name is a different one (new uid): its own watch event
+        brings it here."""
+        try:
+            current = self.api.request("GET", _resource_of(type(obj)).path(obj.namespace,
+                                                                           obj.name))
+        except ApiException as err:
+            return bool(err.status == 404)
+        except Exception:  # noqa: BLE001 - cannot tell: count the reconcile as failed
+            return False
+        return bool(current.get("metadata", {}).get("uid") != obj.uid)
 
     def _finalize_or_reconcile(self, obj: CustomResource) -> Action | None:
         finalizer = self.controller.finalizer

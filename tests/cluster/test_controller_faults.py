@@ -227,6 +227,45 @@ def test_reconcile_that_raises_on_some_objects_does_not_hold_up_others(
         assert err.status == 404
 
 
+def reconcile_errors() -> float:
+    return REGISTRY.get_sample_value("operator_kit_controller_reconcile_errors_total",
+                                     {"controller": "widget"}) or 0.0
+
+
+def test_an_object_deleted_during_its_reconcile_is_gone_not_failed(
+        namespace: Namespace, run_operator: RunOperator) -> None:
+    class Racing(WidgetController):
+        on_error = 0.2
+
+        def reconcile(self, obj: Any, ctx: Any) -> Any:
+            if obj.name == "vanishes":  # someone deletes it while we work on it
+                namespace.api.request("DELETE", widget_path(namespace, obj.name))
+            if obj.name == "needs-secret":  # a 404 about another object is a failure
+                self.recorder.record(obj.name, 0.0)
+                namespace.api.get(f"/api/v1/namespaces/{namespace.name}/secrets/missing")
+            return super().reconcile(obj, ctx)  # its status write finds nothing: 404
+
+    recorder = Recorder()
+    errors_before = reconcile_errors()
+    run_operator(Racing(namespace.name, recorder))
+    create_widget(namespace, "vanishes")
+    create_widget(namespace, "stays", size=2)
+    eventually(20, lambda: size_in_config_map(namespace, "stays") == "2")
+    eventually(10, lambda: recorder.count("vanishes") == 1)
+    create_widget(namespace, "needs-secret")
+    eventually(10, lambda: recorder.count("needs-secret") >= 2,
+               message="a reconcile that fails on another object's 404 is retried")
+    time.sleep(1)  # time enough for a retry of "vanishes" (on_error 0.2 s), were there one
+
+    assert recorder.count("vanishes") == 1, "a deleted object is not retried"
+    reasons = [(e["involvedObject"]["name"], e["reason"])
+               for e in namespace.list("v1", "Event")]
+    assert ("vanishes", "ReconcileError") not in reasons
+    assert ("needs-secret", "ReconcileError") in reasons
+    errors = reconcile_errors() - errors_before
+    assert 1 <= errors <= recorder.count("needs-secret")  # recorded before each failure
+
+
 def test_hung_reconcile_is_reported_and_does_not_hold_up_others(
         namespace: Namespace, run_operator: RunOperator) -> None:
     import threading
