@@ -24,7 +24,8 @@ is a `flask.Flask` app on which handlers are registered by path::
 How one request flows (`Webhooks._view`):
 
 1. *Transport checks*: POST only (405), ``Content-Type: application/json`` (415), a body
-   of at most ``max_body_bytes`` (413; the API server itself caps requests at 3 MiB).
+   of at most ``max_body_bytes`` for an admission review, ``max_conversion_body_bytes``
+   for a conversion review (413 beyond them).
 2. *Review checks*: the body is JSON, an object, the expected apiVersion and kind of
    review, with a ``request`` that has a ``uid``; admission objects parse as the
    registered kind (`CustomResource.from_dict`). Any failure is *bad input*: a 4xx with
@@ -80,7 +81,11 @@ K = TypeVar("K", bound=CustomResource)
 ADMISSION_API_VERSION = "admission.k8s.io/v1"
 CONVERSION_API_VERSION = "apiextensions.k8s.io/v1"
 APP_ENV = "OPERATOR_KIT_APP"
-DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024
+# An UPDATE's AdmissionReview carries the object and its old version, each up to the
+# API server's 3 MiB request limit, plus the request's other fields.
+DEFAULT_MAX_BODY_BYTES = 7 * 1024 * 1024
+# A ConversionReview carries every object of a list (or a page of it) at once.
+DEFAULT_MAX_CONVERSION_BODY_BYTES = 32 * 1024 * 1024
 
 _short = reprlib.Repr()
 _short.maxstring = 60
@@ -157,20 +162,29 @@ class _BadInput(Exception):
 class Webhooks(flask.Flask):
     """A Flask app serving admission and conversion webhooks; see the module docstring.
 
-    `max_body_bytes` bounds a request body (413 beyond it). Other routes (probes,
-    metrics) may be added to the same app as to any Flask app.
+    `max_body_bytes` bounds the body of an admission review (default 7 MiB: an UPDATE
+    holds the object twice), `max_conversion_body_bytes` that of a conversion review
+    (default 32 MiB: it holds a whole list, or a page of it); 413 beyond them. Other
+    routes (probes, metrics) may be added to the same app as to any Flask app.
     """
 
     def __init__(
-        self, import_name: str = "operator_kit", *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+        self,
+        import_name: str = "operator_kit",
+        *,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        max_conversion_body_bytes: int = DEFAULT_MAX_CONVERSION_BODY_BYTES,
     ) -> None:
         super().__init__(import_name)
-        if max_body_bytes <= 0:
-            raise ValueError(f"max_body_bytes must be positive, got {max_body_bytes}")
+        for name, value in (("max_body_bytes", max_body_bytes),
+                            ("max_conversion_body_bytes", max_conversion_body_bytes)):
+            if value <= 0:
+                raise ValueError(f"{name} must be positive, got {value}")
         self.max_body_bytes = max_body_bytes
+        self.max_conversion_body_bytes = max_conversion_body_bytes
         # Bounds what werkzeug reads of a body without Content-Length (chunked): it stops
         # quietly at the limit, so one byte more tells an over-long body from a full one.
-        self.config["MAX_CONTENT_LENGTH"] = max_body_bytes + 1
+        self.config["MAX_CONTENT_LENGTH"] = max(max_body_bytes, max_conversion_body_bytes) + 1
         self._registrations: dict[str, Registration] = {}
         self.register_error_handler(HTTPException, self._http_error)
 
@@ -310,15 +324,17 @@ class Webhooks(flask.Flask):
             raise _BadInput(
                 f"Content-Type must be application/json, got {request.mimetype or 'none'}", 415
             )
-        too_large = f"body larger than {self.max_body_bytes} bytes"
+        limit = (self.max_conversion_body_bytes if kind == "ConversionReview"
+                 else self.max_body_bytes)
+        too_large = f"body larger than {limit} bytes"
         length = request.content_length
-        if length is not None and length > self.max_body_bytes:
+        if length is not None and length > limit:
             raise _BadInput(too_large, 413)
         try:
             data = request.get_data(cache=False)
         except RequestEntityTooLarge:
             raise _BadInput(too_large, 413) from None
-        if len(data) > self.max_body_bytes:
+        if len(data) > limit:
             raise _BadInput(too_large, 413)
         if length is not None and len(data) < length:
             raise _BadInput(

@@ -713,6 +713,32 @@ def test_a_body_shorter_than_its_content_length_is_a_400_that_says_so(
     }
 
 
+def test_a_conversion_review_has_its_own_larger_limit_as_it_carries_a_whole_list(
+    http: FlaskClient,
+) -> None:
+    objects = [{"apiVersion": "wh.example.com/v1", "metadata": {"name": f"w{i}"},
+                "spec": {"schedule": "@daily", "database": "x" * 1000}} for i in range(100)]
+    review = conversion(objects)
+    assert len(json.dumps(review)) > 64 * 1024  # over the admission limit of this app
+    response = http.post("/convert", json=review)
+    assert response.status_code == 200
+    assert len(response.get_json()["response"]["convertedObjects"]) == 100
+    big_widget = widget({"schedule": "@daily", "database": "x" * 70_000})
+    assert http.post("/validate", json=admission(big_widget)).status_code == 413
+
+    small = Webhooks(max_conversion_body_bytes=1024)
+    small.convert("/convert")(lambda obj, desired: obj)
+    response = small.test_client().post("/convert", json=review)
+    assert response.status_code == 413
+    assert response.get_json() == {"error": "body larger than 1024 bytes"}
+
+
+def test_the_default_limits_fit_what_the_api_server_can_send() -> None:
+    app = Webhooks()
+    assert app.max_body_bytes >= 2 * 3 * 1024 * 1024  # an UPDATE: object and oldObject
+    assert app.max_conversion_body_bytes > app.max_body_bytes
+
+
 def test_an_unknown_path_is_a_json_404(http: FlaskClient) -> None:
     response = http.post("/nowhere", json={})
     assert response.status_code == 404
