@@ -9,10 +9,12 @@
   `WebhookTarget` and `WebhookRule`: Validating/MutatingWebhookConfigurations.
 - `to_yaml(docs)`: a deterministic YAML stream.
 
-``python -m operator_kit.manifests MODULE:ATTR`` prints everything an operator needs.
+``python -m operator_kit.manifests MODULE:ATTR`` prints everything an operator needs, as
+`operator_manifests(operator, ...)` returns it.
 """
 
 from operator_kit.manifests._crd import crd, with_conversion_webhook
+from operator_kit.manifests._deploy import operator_manifests
 from operator_kit.manifests._rbac import LEASE_RULE, Rbac
 from operator_kit.manifests._webhooks import (
     WebhookRule,
@@ -28,6 +30,7 @@ __all__ = [
     "WebhookRule",
     "WebhookTarget",
     "crd",
+    "operator_manifests",
     "to_yaml",
     "webhook_configuration",
     "webhook_name",

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from operator_kit.manifests._crd import crd, with_conversion_webhook
@@ -57,6 +58,10 @@ def operator_manifests(operator: Operator, *, app: str, namespace: str, image: s
         definition = crd(kind)
         if converters and len(kind.versions()) > 1:
             definition = with_conversion_webhook(definition, target, converters[0].path)
+        elif _served_schemas_differ(definition):
+            warnings.warn(_NO_CONVERTER.format(
+                kind=kind.kind, versions=", ".join(v.version for v in kind.versions())),
+                UserWarning, stacklevel=2)
         docs.append(definition)
     docs += Rbac(operator.name, namespace).rules(*operator.rules()).documents()
     docs.append(service(operator.name, namespace))
@@ -68,6 +73,19 @@ def operator_manifests(operator: Operator, *, app: str, namespace: str, image: s
         if rules:
             docs.append(webhook_configuration(operator.name, mutating, target, rules))
     return docs
+
+
+_NO_CONVERTER = (
+    "{kind} is served as {versions} with different schemas, and the operator registers "
+    "no conversion webhook: the API server will convert between them by changing "
+    "apiVersion alone and prune the fields the other version lacks, losing data. Register "
+    "a converter (@operator.webhooks.convert(\"/convert\")), or give the versions one schema."
+)
+
+
+def _served_schemas_differ(definition: dict[str, Any]) -> bool:
+    schemas = [v["schema"] for v in definition["spec"]["versions"] if v.get("served", True)]
+    return any(schema != schemas[0] for schema in schemas[1:])
 
 
 def _labels(name: str) -> dict[str, str]:

@@ -7,11 +7,12 @@ from dataclasses import dataclass
 import pytest
 import yaml
 
-from operator_kit import CustomResource, Rule
+from operator_kit import Action, Context, Controller, CustomResource, Operator, Rule
 from operator_kit.manifests import (
     Rbac,
     WebhookRule,
     WebhookTarget,
+    operator_manifests,
     to_yaml,
     webhook_configuration,
 )
@@ -116,3 +117,61 @@ def test_plural_guess_follows_kubernetes() -> None:
     assert [guess_plural(k) for k in ("CronJob", "Ingress", "NetworkPolicy", "Endpoints",
                                       "Gateway")] == [
         "cronjobs", "ingresses", "networkpolicies", "endpoints", "gateways"]
+
+
+# ---------------------------------------------------------------- versions and conversion
+
+
+@dataclass
+class GizmoSpec:
+    size: int
+
+
+@dataclass
+class GizmoSpecV2:
+    size: int
+    colour: str = "grey"
+
+
+class Gizmo(CustomResource):
+    group = "gizmos.example.com"
+    version = "v1"
+    kind = "Gizmo"
+    spec: GizmoSpec
+
+
+class GizmoV2(CustomResource, version_of=Gizmo):
+    version = "v2"
+    storage = True
+    spec: GizmoSpecV2
+
+
+def gizmo_operator(with_converter: bool) -> Operator:
+    class GizmoController(Controller[Gizmo]):
+        resource = Gizmo
+
+        def reconcile(self, obj: Gizmo, ctx: Context) -> Action:
+            return Action.await_change()
+
+    operator = Operator("gizmo-operator", [GizmoController()])
+    if with_converter:
+        operator.webhooks.convert("/convert")(lambda obj, desired: obj)
+    return operator
+
+
+def test_versions_that_differ_without_a_converter_are_warned_about_as_data_loss() -> None:
+    with pytest.warns(UserWarning, match=r"Gizmo is served as v1, v2 with different schemas"):
+        docs = operator_manifests(gizmo_operator(False), app="m:operator", namespace="ns",
+                                  image="img")
+    crd = next(d for d in docs if d["kind"] == "CustomResourceDefinition")
+    assert "conversion" not in crd["spec"]
+
+
+def test_versions_with_a_converter_get_the_conversion_webhook_and_no_warning(
+    recwarn: pytest.WarningsRecorder,
+) -> None:
+    docs = operator_manifests(gizmo_operator(True), app="m:operator", namespace="ns",
+                              image="img")
+    crd = next(d for d in docs if d["kind"] == "CustomResourceDefinition")
+    assert crd["spec"]["conversion"]["strategy"] == "Webhook"
+    assert [str(w.message) for w in recwarn] == []
