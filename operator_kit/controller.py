@@ -217,7 +217,8 @@ class Controller(Generic[R]):
     `cleanup` runs before the object goes), ``namespace`` (None: all),
     ``label_selector``, ``field_selector``, ``max_concurrent_reconciles``, ``on_error``
     (first retry delay after a failure, doubling up to ``max_backoff``),
-    ``reconcile_timeout`` (a reconcile running longer is reported as stuck), ``rules``
+    ``reconcile_timeout`` (a reconcile running longer is reported as stuck and another
+    worker started in its place), ``rules``
     (extra RBAC rules reconcile needs) and ``name`` (default: the kind, lower case).
     """
 
@@ -310,8 +311,11 @@ class ControllerRunner:
             resource = api.resource_for(owned.api_version, owned.kind)
             self.owned.append(informer_for(resource, controller, owned=True))
         self._workers: list[threading.Thread] = []
-        self._running: dict[Key, float] = {}  # key -> monotonic start, for the watchdog
+        # key -> (monotonic start, its worker), for the watchdog
+        self._running: dict[Key, tuple[float, threading.Thread]] = {}
         self._running_lock = threading.Lock()
+        self._retiring: set[threading.Thread] = set()  # replaced while stuck; exit when done
+        self._spares = 0  # workers started in place of stuck ones, still running
         self._owner_group = kind.group
         self._owner_kind = kind.kind
         self._namespaced = kind.namespaced
@@ -354,35 +358,55 @@ class ControllerRunner:
         for informer in self.owned:
             informer.add_handler(self.on_owned)
         for i in range(self.controller.max_concurrent_reconciles):
-            worker = threading.Thread(target=self._work, name=f"reconcile-{self.name}-{i}",
-                                      daemon=True)
-            worker.start()
-            self._workers.append(worker)
+            self._start_worker(f"reconcile-{self.name}-{i}")
         watchdog = threading.Thread(target=self._watch_stuck, name=f"watchdog-{self.name}",
                                     daemon=True)
         watchdog.start()
         self._workers.append(watchdog)
 
+    def _start_worker(self, name: str) -> None:
+        worker = threading.Thread(target=self._work, name=name, daemon=True)
+        worker.start()
+        # A new list, not an append: shut_down may be iterating over the old one.
+        self._workers = [w for w in self._workers if w.is_alive()] + [worker]
+
     def _watch_stuck(self) -> None:
-        """Report reconciles running past ``reconcile_timeout`` (once each).
+        """Report reconciles running past ``reconcile_timeout`` (once each), and replace
+        their workers.
 
         A Python thread cannot be stopped from outside, so a hung reconcile keeps its key
-        and its worker; what the watchdog can do is make it visible: an error log, a
-        Warning Event on the object, and the ``..._stuck_reconciles`` gauge. The other
-        workers, and other keys, carry on."""
+        and its thread. The watchdog makes it visible (an error log, a Warning Event on
+        the object, the ``..._stuck_reconciles`` gauge) and starts another worker in its
+        place, so other keys are still reconciled even with one worker; the stuck one
+        exits once its reconcile returns. At most ``max_concurrent_reconciles`` such
+        spares run at once, which bounds the threads when everything hangs."""
         timeout = self.controller.reconcile_timeout
         reported: set[tuple[Key, float]] = set()
+        spares_started = 0
         while not self.stop.wait(min(1.0, timeout / 4)):
             now = time.monotonic()
             with self._running_lock:
                 running = dict(self._running)
-            stuck = {(key, started) for key, started in running.items()
+            stuck = {(key, started) for key, (started, _) in running.items()
                      if now - started > timeout}
             self._stuck.set(len(stuck))
             for key, started in stuck - reported:
+                replaced = False
+                with self._running_lock:
+                    worker = running[key][1]
+                    if (self._spares < self.controller.max_concurrent_reconciles
+                            and worker not in self._retiring and not self.stop.is_set()):
+                        self._retiring.add(worker)
+                        self._spares += 1
+                        replaced = True
+                if replaced:
+                    spares_started += 1
+                    self._start_worker(f"reconcile-{self.name}-spare-{spares_started}")
                 log.error("%s: reconcile of %s has run for %.0fs (reconcile_timeout %gs): "
-                          "it may be hung on a call without a timeout", self.name,
-                          _describe(key), now - started, timeout)
+                          "it may be hung on a call without a timeout; %s", self.name,
+                          _describe(key), now - started, timeout,
+                          "another worker was started in its place" if replaced else
+                          "no spare worker left to start in its place")
                 raw = self.primary.get(key)
                 if raw is not None:
                     self.context.event(raw, True, "ReconcileStuck",
@@ -396,7 +420,7 @@ class ControllerRunner:
         """Hand out no more keys; wait up to `timeout` for reconciles in flight."""
         self.queue.shut_down()
         idle = self.queue.wait_idle(timeout)
-        for worker in self._workers:
+        for worker in list(self._workers):  # the watchdog may have added spares
             worker.join(max(0.1, timeout))
         return idle
 
@@ -417,6 +441,12 @@ class ControllerRunner:
             finally:
                 self.queue.done(key)
                 self._depth.set(len(self.queue))
+            with self._running_lock:
+                current = threading.current_thread()
+                if current in self._retiring:  # a spare took its place while it was stuck
+                    self._retiring.discard(current)
+                    self._spares -= 1
+                    return
 
     def _process(self, key: Key) -> None:
         raw = self.primary.get(key)
@@ -436,7 +466,7 @@ class ControllerRunner:
         started = time.monotonic()
         self._in_flight.inc()
         with self._running_lock:
-            self._running[key] = started
+            self._running[key] = (started, threading.current_thread())
         try:
             action = self._finalize_or_reconcile(obj)
         except _Conflict:

@@ -266,14 +266,14 @@ def test_an_object_deleted_during_its_reconcile_is_gone_not_failed(
     assert 1 <= errors <= recorder.count("needs-secret")  # recorded before each failure
 
 
-def test_hung_reconcile_is_reported_and_does_not_hold_up_others(
+def test_hung_reconcile_is_reported_and_replaced_so_it_does_not_hold_up_others(
         namespace: Namespace, run_operator: RunOperator) -> None:
     import threading
 
     release = threading.Event()
 
     class Hanging(WidgetController):
-        max_concurrent_reconciles = 2
+        max_concurrent_reconciles = 1  # the hung reconcile holds the only worker
         reconcile_timeout = 1.0
 
         def reconcile(self, obj: Any, ctx: Any) -> Any:
@@ -299,6 +299,45 @@ def test_hung_reconcile_is_reported_and_does_not_hold_up_others(
     finally:
         release.set()
     eventually(20, lambda: size_in_config_map(namespace, "hangs") == "1")
+
+    # The worker that hung exits once its reconcile returns: back to one worker.
+    eventually(10, lambda: reconcile_workers() == 1, message="one worker after the hang ends")
+
+
+def reconcile_workers() -> int:
+    import threading
+
+    return sum(1 for t in threading.enumerate()
+               if t.name.startswith("reconcile-widget-") and t.is_alive())
+
+
+def test_when_every_reconcile_hangs_the_spare_workers_are_bounded(
+        namespace: Namespace, run_operator: RunOperator,
+        caplog: pytest.LogCaptureFixture) -> None:
+    import threading
+
+    release = threading.Event()
+
+    class AllHang(WidgetController):
+        max_concurrent_reconciles = 2
+        reconcile_timeout = 0.5
+
+        def reconcile(self, obj: Any, ctx: Any) -> Any:
+            release.wait(60)
+            return super().reconcile(obj, ctx)
+
+    run_operator(AllHang(namespace.name))
+    try:
+        for i in range(6):
+            create_widget(namespace, f"hangs-{i}", size=i)
+        eventually(15, lambda: "no spare worker left" in caplog.text,
+                   message="the watchdog stops replacing stuck workers at its bound")
+        assert reconcile_workers() == 4  # 2 workers + at most 2 spares, not 6
+    finally:
+        release.set()
+    for i in range(6):
+        eventually(20, lambda i=i: size_in_config_map(namespace, f"hangs-{i}") == str(i))
+    eventually(10, lambda: reconcile_workers() == 2, message="back to 2 workers")
 
 
 def test_changes_made_while_etcd_restarts_are_not_lost(
