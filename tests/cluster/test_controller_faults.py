@@ -145,9 +145,11 @@ def test_missing_rbac_on_the_watch_is_logged_and_retried(
     operator.use(api_client(kubeconfig))
     caplog.set_level("ERROR", logger="operator_kit.watching")
     operator.start()
+    started = time.monotonic()
     try:
         eventually(10, lambda: any("forbidden" in r.message and "widgets" in r.message
                                    and "list and watch" in r.message for r in caplog.records))
+        print(f"\nmissing RBAC: logged {time.monotonic() - started:.1f}s after the start")
         assert not operator.ready(), "an operator that cannot watch is not ready"
         assert operator._informers, "and it keeps trying"
         assert all(i._thread is not None and i._thread.is_alive()
@@ -217,8 +219,11 @@ def test_reconcile_that_raises_on_some_objects_does_not_hold_up_others(
     create_widget(namespace, "bad-1")
     for i in range(5):
         create_widget(namespace, f"good-{i}", size=i)
+    created = time.monotonic()
     for i in range(5):
         eventually(20, lambda i=i: size_in_config_map(namespace, f"good-{i}") == str(i))
+    print(f"\nraises on some: the 5 others converged in {time.monotonic() - created:.1f}s "
+          f"while the failing one was tried {recorder.count('bad-1')} times")
     eventually(10, lambda: recorder.count("bad-1") >= 3, message="the failing one is retried")
     try:
         namespace.api.get(f"/api/v1/namespaces/{namespace.name}/configmaps/bad-1")
@@ -381,6 +386,7 @@ def test_another_writer_fighting_over_the_same_objects_converges(
     time.sleep(4)
     stop.set()
     meddler.join(10)
+    stopped, during = time.monotonic(), len(recorder.calls)
     for i in range(3):
         final = namespace.api.get(widget_path(namespace, f"w{i}"))
 
@@ -392,5 +398,7 @@ def test_another_writer_fighting_over_the_same_objects_converges(
 
         eventually(30, converged, message=f"w{i} converged after the fight")
     settled = len(recorder.calls)
+    print(f"\nanother writer: {during} reconciles during 4 s of tampering; all converged "
+          f"{time.monotonic() - stopped:.1f}s after it stopped")
     time.sleep(2)
     assert len(recorder.calls) == settled, "no reconciling once the other writer stopped"

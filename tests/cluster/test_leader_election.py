@@ -130,6 +130,7 @@ def test_sigterm_hands_over_to_a_follower_at_once(namespace: Namespace, cluster:
     eventually(LEASE, lambda: by(namespace, "w", 2) == "second",
                message="the follower took over within the lease duration")
     handover = time.monotonic() - stopped
+    print(f"\nSIGTERM handover: the follower reconciled {handover:.1f}s after the signal")
     assert handover < 2 * RETRY * 2.2 + 2, f"handover took {handover:.1f}s"
 
 
@@ -145,6 +146,7 @@ def test_sigkill_leader_is_replaced_within_lease_duration_plus_retry(
     set_size(namespace, "w", 2)
     eventually(LEASE + RETRY * 2.2 + 5, lambda: by(namespace, "w", 2) == "second")
     took = time.monotonic() - killed
+    print(f"\nSIGKILL takeover: {took:.1f}s (lease {LEASE:g}s, retry {RETRY:g}s)")
     assert took <= LEASE + RETRY * 2.2 + 3, f"takeover took {took:.1f}s"
 
 
@@ -164,6 +166,8 @@ def test_leader_that_cannot_renew_stops_and_exits_before_its_lease_expires(
         cut = time.monotonic()
         code = first.process.wait(DEADLINE + 5)
         exited = time.monotonic() - cut
+        print(f"\ncut off from the API server: exited {exited:.1f}s after the cut "
+              f"(renew deadline {DEADLINE:g}s, lease {LEASE:g}s)")
         assert code != 0, first.output()
         assert exited < LEASE, f"exited {exited:.1f}s after the cut, past the lease duration"
         assert "lost" in first.output()
@@ -216,8 +220,11 @@ def test_leader_paused_past_its_lease_never_reconciles_again_after_resuming(
     eventually(10, lambda: by(namespace, "w", 2) == "second")
     reconciles = first.reconciled()
     first.process.send_signal(signal.SIGCONT)
+    resumed = time.monotonic()
     set_size(namespace, "w", 3)  # a change the resumed replica sees in its queue
     code = first.process.wait(DEADLINE + 5)
+    print(f"\npaused leader: exited {time.monotonic() - resumed:.1f}s after resuming, "
+          f"{first.reconciled() - reconciles} reconciles after the pause")
     assert code != 0, "a leader that lost its lease while paused exits non-zero"
     assert first.reconciled() == reconciles, first.output()
     eventually(10, lambda: by(namespace, "w", 3) == "second")
@@ -231,12 +238,15 @@ def test_sigkill_in_the_middle_of_a_reconcile_leaves_work_the_next_leader_finish
     create_widget(namespace, "w", size=5)
     eventually(30, lambda: "reconciling w size=5" in first.output())
     first.process.send_signal(signal.SIGKILL)  # status half-written, no ConfigMap yet
+    killed = time.monotonic()
 
     def finished() -> bool:
         obj = namespace.api.get(widget_path(namespace, "w"))
         return by(namespace, "w", 5) == "second" and obj["status"].get("observed_size") == 5
 
     eventually(LEASE + RETRY * 2.2 + 10, finished, message="the next leader finished the work")
+    print(f"\nSIGKILL mid-reconcile: the next leader finished it "
+          f"{time.monotonic() - killed:.1f}s after the kill")
 
 
 def test_sigterm_under_load_finishes_every_reconcile_it_started(
@@ -248,7 +258,9 @@ def test_sigterm_under_load_finishes_every_reconcile_it_started(
         create_widget(namespace, f"w{i}", size=i)
     eventually(30, lambda: first.output().count("reconciling ") >= 3)
     first.process.send_signal(signal.SIGTERM)
+    signalled = time.monotonic()
     assert first.process.wait(30) == 0, first.output()
+    drained = time.monotonic() - signalled
     started = {line.split()[1] for line in first.lines if line.startswith("reconciling ")}
     finished = {line.split()[1] for line in first.lines if line.startswith("reconciled ")}
     assert started and started == finished, "every reconcile it started, it finished"
@@ -256,3 +268,6 @@ def test_sigterm_under_load_finishes_every_reconcile_it_started(
         eventually(60, lambda i=i: (namespace.api.get(widget_path(namespace, f"w{i}"))
                                     .get("status", {}).get("observed_size")) == i,
                    message=f"w{i} converged")
+    print(f"\nSIGTERM under load: exited {drained:.1f}s after the signal with all "
+          f"{len(started)} reconciles it started finished; all 20 converged "
+          f"{time.monotonic() - signalled:.1f}s after the signal")
