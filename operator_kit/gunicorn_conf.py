@@ -9,9 +9,9 @@ Why these values:
 - ``workers = 1``, a gthread worker (`operator_kit.gunicorn_worker.ThreadWorker`), 8
   threads: an operator's controllers run inside the worker that loads the app
   (`operator_kit.webhooks.load_app` starts them), so a second worker would run every
-  controller twice. Threads give the concurrency a
-  webhook needs; handlers are short and mostly wait on the GIL-free parts (TLS, I/O).
-  Scale with replicas (and leader election), not workers.
+  controller twice. Threads give the concurrency a webhook needs; handlers are short and
+  mostly wait on the GIL-free parts (TLS, I/O). Scale with replicas (and leader
+  election), not workers.
 - Each request must be received in full within ``OPERATOR_KIT_READ_TIMEOUT`` seconds
   (default 5) of a thread taking it up, else its connection is closed: without that, as
   many stalled or trickling clients as threads would stop every webhook being answered

@@ -10,12 +10,14 @@ each trickled byte resets it.
 
 `ThreadWorker` bounds the whole *read* of a request instead: from the moment a thread
 takes the connection up to the last byte of the body, at most ``OPERATOR_KIT_READ_TIMEOUT``
-seconds (default 5; the API server sends a review, at most 3 MiB, in milliseconds). A
+seconds (default 5; the API server sends even a review of several MiB in milliseconds). A
 request not received by then has its connection shut down, which wakes the thread
 blocked on it; the connection is closed, a warning names the client, and
-``operator_kit_webhook_read_timeouts_total`` counts it. The time a handler then takes
-does not count, nor does writing the answer. One thread, ``operator_kit-read-deadlines``,
-watches the deadlines; it stops with the worker.
+``operator_kit_webhook_read_timeouts_total`` counts it. The time a handler takes once it
+has read the body does not count, nor does writing the answer (a route that never reads
+its body keeps the clock running while it works: the webhook views always read it).
+One thread, ``operator_kit-read-deadlines``, watches the deadlines; it stops with the
+worker.
 
 `operator_kit.gunicorn_conf` selects this worker (``worker_class``).
 """
