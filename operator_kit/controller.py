@@ -155,10 +155,17 @@ class Context:
             meta["namespace"] = owner.namespace
         meta["ownerReferences"] = [owner_reference(owner)]
         body["metadata"] = meta
-        result: dict[str, Any] = self.api.apply(body, field_manager=self.field_manager)
-        if self._own_writes is not None:
-            self._own_writes.add(result)
-        return result
+        target = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        if self._own_writes is None:
+            result: dict[str, Any] = self.api.apply(body, field_manager=self.field_manager)
+            return result
+        self._own_writes.begin(*target)
+        written: dict[str, Any] | None = None
+        try:
+            written = self.api.apply(body, field_manager=self.field_manager)
+        finally:
+            self._own_writes.end(*target, written)
+        return written
 
     def event(self, obj: CustomResource | Mapping[str, Any], warning: bool, reason: str,
               note: str) -> None:
@@ -174,26 +181,78 @@ class OwnWrites:
     would reconcile its owner a second time for nothing: the reconcile that wrote it
     already saw the world as it now is. Events carrying a remembered version are
     skipped (once); any later change — by anyone — has a new version and counts.
+
+    The echo often arrives before the write's own answer has been read (on a quick
+    network, about a third of the time): while a write to a name is in flight (`begin`),
+    that name's events are held; when the write ends (`end`), the one carrying its
+    version is dropped and the rest go to `deliver`, as they would have at once. A
+    version whose echo never comes (an apply that changed nothing) is forgotten after
+    `ttl` seconds, and at most `limit` are kept.
     """
 
-    def __init__(self, limit: int = 10_000) -> None:
-        self._versions: OrderedDict[str, None] = OrderedDict()
+    def __init__(self, deliver: Callable[[WatchEvent], None], *, limit: int = 10_000,
+                 ttl: float = 120.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self._deliver = deliver
+        self._versions: OrderedDict[str, float] = OrderedDict()  # version -> when written
+        self._in_flight: dict[tuple[str, str], int] = {}  # (namespace, name) -> writes
+        self._held: dict[tuple[str, str], list[WatchEvent]] = {}
         self._limit = limit
+        self._ttl = ttl
+        self._clock = clock
         self._lock = threading.Lock()
 
-    def add(self, obj: Mapping[str, Any]) -> None:
-        version = obj.get("metadata", {}).get("resourceVersion")
-        if version:
-            with self._lock:
-                self._versions[str(version)] = None
-                while len(self._versions) > self._limit:
-                    self._versions.popitem(last=False)
-
-    def take(self, obj: Mapping[str, Any]) -> bool:
-        """True (and forgotten) if `obj` is exactly a version we wrote."""
-        version = obj.get("metadata", {}).get("resourceVersion")
+    def begin(self, namespace: str, name: str) -> None:
+        """A write to `namespace`/`name` is about to be sent."""
         with self._lock:
-            return self._versions.pop(str(version), False) is None
+            key = (namespace, name)
+            self._in_flight[key] = self._in_flight.get(key, 0) + 1
+
+    def end(self, namespace: str, name: str, written: Mapping[str, Any] | None) -> None:
+        """The write ended: `written` is the object it returned (None if it failed)."""
+        with self._lock:
+            key = (namespace, name)
+            if written is not None:
+                self._remember(written)
+            left = self._in_flight.get(key, 1) - 1
+            if left > 0:
+                self._in_flight[key] = left
+                return
+            self._in_flight.pop(key, None)
+            held = self._held.pop(key, [])
+            passed = [event for event in held if not self._forget(event.object)]
+        for event in passed:
+            self._deliver(event)
+
+    def take(self, event: WatchEvent) -> bool:
+        """True if `event` is handled here: the echo of our write (dropped), or an event
+        held until the write in flight to the same name ends."""
+        meta = event.object.get("metadata", {})
+        key = (meta.get("namespace") or "", meta.get("name") or "")
+        with self._lock:
+            if self._forget(event.object):
+                return True
+            if key in self._in_flight:
+                self._held.setdefault(key, []).append(event)
+                return True
+            return False
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._versions)
+
+    def _remember(self, obj: Mapping[str, Any]) -> None:
+        version = obj.get("metadata", {}).get("resourceVersion")
+        now = self._clock()
+        if version:
+            self._versions[str(version)] = now
+            self._versions.move_to_end(str(version))
+        while self._versions and (len(self._versions) > self._limit
+                                  or next(iter(self._versions.values())) < now - self._ttl):
+            self._versions.popitem(last=False)
+
+    def _forget(self, obj: Mapping[str, Any]) -> bool:
+        version = obj.get("metadata", {}).get("resourceVersion")
+        return self._versions.pop(str(version), None) is not None
 
 
 def owner_reference(owner: CustomResource) -> dict[str, Any]:
@@ -301,7 +360,7 @@ class ControllerRunner:
         self.queue: WorkQueue[Key] = WorkQueue(
             self.name, failure_backoff=Backoff(base=controller.on_error,
                                                cap=controller.max_backoff))
-        self.own_writes = OwnWrites()
+        self.own_writes = OwnWrites(self._enqueue_owners)
         self.context = Context(api, field_manager=field_manager, recorder=recorder,
                                controller=self.name, own_writes=self.own_writes)
         kind = controller.resource
@@ -335,8 +394,12 @@ class ControllerRunner:
             self.enqueue((meta.get("namespace") or "", meta["name"]))
 
     def on_owned(self, event: WatchEvent) -> None:
-        if event.type != "DELETED" and self.own_writes.take(event.object):
-            return  # our own apply coming back: the reconcile that made it is up to date
+        if event.type != "DELETED" and self.own_writes.take(event):
+            return  # our own apply coming back (the reconcile that made it is up to date),
+            # or held until our apply to the same name returns
+        self._enqueue_owners(event)
+
+    def _enqueue_owners(self, event: WatchEvent) -> None:
         for obj in (event.object, event.old):
             if obj is None:
                 continue
