@@ -23,8 +23,12 @@ it prints the elapsed time, the operator's RSS, its cache size and its reconcile
 
 At the end it prints the RSS slope over the second half of the run (least squares, in
 MB per hour; the first half includes warm-up: imports, caches filling, allocator
-arenas growing) and the delta from the first sample to the last. Then it stops the
-worker, deletes the namespace and (when it started one) the plane. Everything stays on
+arenas growing) and the delta from the first sample to the last. Next to RSS it follows
+Python's own view of its heap: the objects the garbage collector tracks and the memory
+blocks allocated (``sys.getallocatedblocks``). A leak of Python objects grows those; RSS
+growing while they stay flat is the allocator (fragmentation, arenas), not a leak. Then it stops the
+worker, deletes the namespace and (when it started one) the plane — also when it is
+interrupted (Ctrl-C, SIGTERM). Everything stays on
 loopback and is bounded by ``--widgets``, ``--rate`` and ``--minutes``.
 """
 
@@ -77,6 +81,8 @@ def slope_per_hour(samples: list[tuple[float, float]]) -> float:
 # -- the operator, in its own process ----------------------------------------------------
 
 def worker(kubeconfig: str, namespace: str, stats_file: str, threads: int) -> int:
+    import gc
+
     from prometheus_client import REGISTRY
 
     from operator_kit import Operator
@@ -106,6 +112,10 @@ def worker(kubeconfig: str, namespace: str, stats_file: str, threads: int) -> in
                     "operator_kit_controller_reconcile_errors_total",
                     {"controller": controller.name}) or 0.0,
                 "synced": operator.wait_synced(0),
+                # Python's own view of its heap: a leak of objects grows these; RSS growing
+                # while they stay flat is the allocator (fragmentation, arenas), not a leak.
+                "objects": len(gc.get_objects()),
+                "blocks": sys.getallocatedblocks(),
             }
             tmp = out.with_suffix(".tmp")
             tmp.write_text(json.dumps(stats))
@@ -214,22 +224,27 @@ def soak(args: argparse.Namespace) -> int:
 
             churn = Churn(cluster, ns.name, args.widgets, args.update_share, args.seed)
             samples: list[tuple[float, float]] = []
+            objects: list[tuple[float, float]] = []
+            blocks: list[tuple[float, float]] = []
             duration = args.minutes * 60
             period = 1.0 / args.rate
             print(f"operator pid {proc.pid}; churning {args.widgets} widgets at "
                   f"{args.rate:g} ops/s for {args.minutes:g} min in namespace {ns.name}",
                   flush=True)
             print(f"{'elapsed':>8} {'RSS MB':>8} {'cache':>6} {'reconciles':>10} "
-                  f"{'errors':>6} {'ops':>7}", flush=True)
+                  f"{'errors':>6} {'ops':>7} {'objects':>8} {'blocks':>8}", flush=True)
 
             def sample(elapsed: float) -> None:
                 rss = rss_mb(proc.pid) if proc else 0.0
                 samples.append((elapsed, rss))
                 stats = read_stats(stats_file)
+                objects.append((elapsed, stats.get("objects", 0) / 1000))
+                blocks.append((elapsed, stats.get("blocks", 0) / 1000))
                 ops = sum(v for k, v in churn.counts.items() if k != "error")
                 print(f"{elapsed:7.0f}s {rss:8.1f} {stats.get('cache', 0):6.0f} "
                       f"{stats.get('reconciles', 0):10.0f} {stats.get('errors', 0):6.0f} "
-                      f"{ops:7d}", flush=True)
+                      f"{ops:7d} {stats.get('objects', 0):8d} {stats.get('blocks', 0):8d}",
+                      flush=True)
 
             start = time.monotonic()
             sample(0.0)
@@ -258,7 +273,17 @@ def soak(args: argparse.Namespace) -> int:
                   f"peak {max(m for _, m in samples):.1f} MB")
             print(f"RSS slope over the second half ({len(second)} samples): "
                   f"{slope_per_hour(second):+.1f} MB/hour "
-                  f"(whole run: {slope_per_hour(samples):+.1f} MB/hour)", flush=True)
+                  f"(whole run: {slope_per_hour(samples):+.1f} MB/hour)")
+
+            def later(series: list[tuple[float, float]]) -> list[tuple[float, float]]:
+                return [s for s in series if s[0] >= half]
+
+            print(f"Python heap over the second half: gc-tracked objects "
+                  f"{slope_per_hour(later(objects)):+.1f}k/hour "
+                  f"({objects[len(objects) - len(second)][1]:.1f}k to {objects[-1][1]:.1f}k), "
+                  f"allocated blocks {slope_per_hour(later(blocks)):+.1f}k/hour "
+                  f"({blocks[len(blocks) - len(second)][1]:.1f}k to {blocks[-1][1]:.1f}k)",
+                  flush=True)
             return 0
         finally:
             if proc is not None and proc.poll() is None:
@@ -296,6 +321,13 @@ def main(argv: list[str] | None = None) -> int:
         return worker(args.kubeconfig, args.namespace, args.stats_file, args.threads)
     if not 0 < args.rate <= 200 or not 0 < args.widgets <= 5000 or args.minutes <= 0:
         parser.error("keep it bounded: 0 < --rate <= 200, 0 < --widgets <= 5000, --minutes > 0")
+
+    def interrupted(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    # SIGTERM (kill, a CI timeout) unwinds like Ctrl-C: the operator, the namespace and
+    # the local plane are still stopped and removed.
+    signal.signal(signal.SIGTERM, interrupted)
     return soak(args)
 
 
