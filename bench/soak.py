@@ -26,10 +26,11 @@ MB per hour; the first half includes warm-up: imports, caches filling, allocator
 arenas growing) and the delta from the first sample to the last. Next to RSS it follows
 Python's own view of its heap: the objects the garbage collector tracks and the memory
 blocks allocated (``sys.getallocatedblocks``). A leak of Python objects grows those; RSS
-growing while they stay flat is the allocator (fragmentation, arenas), not a leak. Then it stops the
-worker, deletes the namespace and (when it started one) the plane — also when it is
-interrupted (Ctrl-C, SIGTERM). Everything stays on
-loopback and is bounded by ``--widgets``, ``--rate`` and ``--minutes``.
+growing while they stay flat is the allocator (fragmentation, arenas), not a leak.
+
+Then it stops the worker, deletes the namespace and (when it started one) the plane,
+also when it is interrupted (Ctrl-C, SIGTERM). Everything stays on loopback and is
+bounded by ``--widgets``, ``--rate`` and ``--minutes``.
 """
 
 from __future__ import annotations
