@@ -361,6 +361,8 @@ class ControllerRunner:
             self.name, failure_backoff=Backoff(base=controller.on_error,
                                                cap=controller.max_backoff))
         self.own_writes = OwnWrites(self._enqueue_owners)
+        # Its own finalizer writes to the primary objects, whose echoes are skipped alike.
+        self.own_primary_writes = OwnWrites(self._enqueue_primary)
         self.context = Context(api, field_manager=field_manager, recorder=recorder,
                                controller=self.name, own_writes=self.own_writes)
         kind = controller.resource
@@ -389,6 +391,11 @@ class ControllerRunner:
     # -- events → keys -------------------------------------------------------------------
 
     def on_primary(self, event: WatchEvent) -> None:
+        if event.type != "DELETED" and self.own_primary_writes.take(event):
+            return  # the finalizer this controller just wrote, or held until that returns
+        self._enqueue_primary(event)
+
+    def _enqueue_primary(self, event: WatchEvent) -> None:
         if event.type == "DELETED" or meaningful_change(event):
             meta = event.object["metadata"]
             self.enqueue((meta.get("namespace") or "", meta["name"]))
@@ -607,6 +614,9 @@ class ControllerRunner:
     def _set_finalizers(self, obj: CustomResource, finalizers: list[str]) -> CustomResource:
         """Write the finalizer list only if the object is still the version we read."""
         resource = _resource_of(type(obj))
+        target = (obj.namespace or "", obj.name)
+        updated: dict[str, Any] | None = None
+        self.own_primary_writes.begin(*target)
         try:
             updated = self.api.request(
                 "PATCH", resource.path(obj.namespace, obj.name),
@@ -619,6 +629,8 @@ class ControllerRunner:
             if err.status == 404 and not finalizers:
                 return obj  # already gone
             raise
+        finally:
+            self.own_primary_writes.end(*target, updated)
         return type(obj).from_dict(updated)
 
 

@@ -186,6 +186,9 @@ def test_finalizer_is_added_once_and_cleanup_runs_before_deletion(
     run_operator(controller)
     create_widget(namespace, "w")
     eventually(20, lambda: widget(namespace, "w")["metadata"].get("finalizers"))
+    eventually(20, lambda: config_map(namespace, "w"))
+    # One reconcile for the creation: the finalizer's own write coming back is not another.
+    assert settle(controller.recorder, "w") == 1
     namespace.api.request("PATCH", widget_path(namespace, "w"), body={"spec": {"size": 4}},
                           content_type="application/merge-patch+json")
     eventually(20, lambda: config_map(namespace, "w")["data"]["size"] == "4")  # type: ignore[index]
