@@ -402,3 +402,27 @@ def test_another_writer_fighting_over_the_same_objects_converges(
           f"{time.monotonic() - stopped:.1f}s after it stopped")
     time.sleep(2)
     assert len(recorder.calls) == settled, "no reconciling once the other writer stopped"
+
+
+def test_connections_to_the_api_server_carry_tcp_keepalive(cluster: TestCluster) -> None:
+    """A peer that vanishes without a word (a node or load balancer gone) is noticed by the
+    kernel's keepalive probes, so a call without a timeout of its own cannot block for good."""
+    import socket
+
+    from operator_kit.client import KEEPALIVE_COUNT, KEEPALIVE_IDLE, KEEPALIVE_INTERVAL
+
+    from kubernetes import client
+
+    fresh = api_client(cluster.kubeconfig)
+    client.VersionApi(fresh).get_code()
+    manager = fresh.rest_client.pool_manager
+    pools = [manager.pools[key] for key in manager.pools.keys()]
+    sockets = [conn.sock for pool in pools for conn in list(pool.pool.queue)
+               if conn is not None and conn.sock is not None]
+    assert sockets, "the request left a kept-alive connection in the pool"
+    for sock in sockets:
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == KEEPALIVE_IDLE
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL) == KEEPALIVE_INTERVAL
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == KEEPALIVE_COUNT
+    fresh.close()
