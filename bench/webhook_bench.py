@@ -2,7 +2,7 @@
 
 Run: ``python bench/webhook_bench.py`` (options: ``--help``).
 
-Three servers run with the same settings — ``gunicorn -c
+Four servers run with the same settings — ``gunicorn -c
 python:operator_kit.gunicorn_conf`` (1 gthread worker, 8 threads, TLS) on 127.0.0.1:
 
 - *framework*: ``operator_kit.webhooks:app`` serving this module's `webhooks`, a
@@ -11,7 +11,9 @@ python:operator_kit.gunicorn_conf`` (1 gthread worker, 8 threads, TLS) on 127.0.
 - *bare*: `bare_app`, a Flask endpoint that parses the JSON and answers ``allowed: true``
   with the request's uid — no framework;
 - *mutate*: the framework's mutating webhook (adds a label: a JSON patch is computed), for
-  reference.
+  reference;
+- *bare, gthread*: the bare endpoint on gunicorn's own gthread worker instead of
+  `operator_kit.gunicorn_worker.ThreadWorker`, to show what its read deadline costs.
 
 A thread pool of keep-alive HTTPS clients (``http.client``) sends the same
 AdmissionReview (a ~1.4 KB object with managedFields, as the API server sends) as fast as
@@ -162,7 +164,8 @@ def free_port() -> int:
 class Server:
     """gunicorn with operator_kit.gunicorn_conf serving `app_uri` over TLS on 127.0.0.1."""
 
-    def __init__(self, app_uri: str, tls_dir: Path, log: Path) -> None:
+    def __init__(self, app_uri: str, tls_dir: Path, log: Path,
+                 worker_class: str | None = None) -> None:
         self.port = free_port()
         here = str(Path(__file__).resolve().parent)
         env = {
@@ -176,8 +179,10 @@ class Server:
         for name in ("OPERATOR_KIT_TLS_CERT", "OPERATOR_KIT_TLS_KEY"):
             env.pop(name, None)
         self._log = log.open("wb")
+        override = ["--worker-class", worker_class] if worker_class else []
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "-c", "python:operator_kit.gunicorn_conf", app_uri],
+            [sys.executable, "-m", "gunicorn", "-c", "python:operator_kit.gunicorn_conf",
+             *override, app_uri],
             env=env,
             stdout=self._log,
             stderr=subprocess.STDOUT,
@@ -367,14 +372,18 @@ class Endpoint:
     name: str
     app_uri: str
     path: str
+    worker_class: str | None = None  # None: the one operator_kit.gunicorn_conf selects
 
 
 ENDPOINTS = (
     Endpoint("bare Flask", f"{Path(__file__).stem}:bare_app", "/validate"),
     Endpoint("operator_kit validate", "operator_kit.webhooks:app", "/validate"),
     Endpoint("operator_kit mutate", "operator_kit.webhooks:app", "/mutate"),
+    # What the read deadline of operator_kit.gunicorn_worker costs: the same bare app on
+    # gunicorn's own gthread worker.
+    Endpoint("bare Flask, gthread", f"{Path(__file__).stem}:bare_app", "/validate", "gthread"),
 )
-FRAMEWORK, BARE = "operator_kit validate", "bare Flask"
+FRAMEWORK, BARE, PLAIN_WORKER = "operator_kit validate", "bare Flask", "bare Flask, gthread"
 
 
 def interleaved(
@@ -430,7 +439,8 @@ def main(argv: list[str] | None = None) -> int:
         tls = cert.install(Path(tmp) / "tls")
         context = ssl.create_default_context(cafile=str(tls.ca))
         servers = {
-            e.name: Server(e.app_uri, Path(tmp) / "tls", Path(tmp) / f"{e.path[1:]}-{i}.log")
+            e.name: Server(e.app_uri, Path(tmp) / "tls", Path(tmp) / f"{e.path[1:]}-{i}.log",
+                           e.worker_class)
             for i, e in enumerate(ENDPOINTS)
         }
         pools: dict[str, Connections] = {}
@@ -492,6 +502,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     ratio = saturated[FRAMEWORK].throughput / saturated[BARE].throughput
     print(f"throughput {FRAMEWORK} / {BARE}: {ratio:.2f}x (target >= 0.70x)")
+    worker = saturated[BARE].throughput / saturated[PLAIN_WORKER].throughput
+    print(f"throughput {BARE} / {PLAIN_WORKER}: {worker:.2f}x (the read-deadline worker's cost)")
     print()
     print(
         f"open loop at half the saturating rate: {half_rate:.0f} req/s over "
