@@ -409,9 +409,9 @@ def test_connections_to_the_api_server_carry_tcp_keepalive(cluster: TestCluster)
     kernel's keepalive probes, so a call without a timeout of its own cannot block for good."""
     import socket
 
-    from operator_kit.client import KEEPALIVE_COUNT, KEEPALIVE_IDLE, KEEPALIVE_INTERVAL
-
     from kubernetes import client
+
+    from operator_kit.client import KEEPALIVE_COUNT, KEEPALIVE_IDLE, KEEPALIVE_INTERVAL
 
     fresh = api_client(cluster.kubeconfig)
     client.VersionApi(fresh).get_code()
