@@ -155,17 +155,14 @@ class Context:
             meta["namespace"] = owner.namespace
         meta["ownerReferences"] = [owner_reference(owner)]
         body["metadata"] = meta
-        target = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
-        if self._own_writes is None:
+        def send() -> dict[str, Any]:
             result: dict[str, Any] = self.api.apply(body, field_manager=self.field_manager)
             return result
-        self._own_writes.begin(*target)
-        written: dict[str, Any] | None = None
-        try:
-            written = self.api.apply(body, field_manager=self.field_manager)
-        finally:
-            self._own_writes.end(*target, written)
-        return written
+
+        if self._own_writes is None:
+            return send()
+        return self._own_writes.write(str(meta.get("namespace") or ""),
+                                      str(meta.get("name") or ""), send)
 
     def event(self, obj: CustomResource | Mapping[str, Any], warning: bool, reason: str,
               note: str) -> None:
@@ -222,6 +219,17 @@ class OwnWrites:
             passed = [event for event in held if not self._forget(event.object)]
         for event in passed:
             self._deliver(event)
+
+    def write(self, namespace: str, name: str,
+              send: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """`send` the write to `namespace`/`name` between `begin` and `end`; its result."""
+        self.begin(namespace, name)
+        written: dict[str, Any] | None = None
+        try:
+            written = send()
+            return written
+        finally:
+            self.end(namespace, name, written)
 
     def take(self, event: WatchEvent) -> bool:
         """True if `event` is handled here: the echo of our write (dropped), or an event
@@ -375,8 +383,9 @@ class ControllerRunner:
         # key -> (monotonic start, its worker), for the watchdog
         self._running: dict[Key, tuple[float, threading.Thread]] = {}
         self._running_lock = threading.Lock()
-        self._retiring: set[threading.Thread] = set()  # replaced while stuck; exit when done
-        self._spares = 0  # workers started in place of stuck ones, still running
+        # Workers a spare replaced while they were stuck; each exits once its reconcile
+        # returns, so there are as many spares running as there are workers in here.
+        self._retiring: set[threading.Thread] = set()
         self._owner_group = kind.group
         self._owner_kind = kind.kind
         self._namespaced = kind.namespaced
@@ -464,10 +473,9 @@ class ControllerRunner:
                 replaced = False
                 with self._running_lock:
                     worker = running[key][1]
-                    if (self._spares < self.controller.max_concurrent_reconciles
+                    if (len(self._retiring) < self.controller.max_concurrent_reconciles
                             and worker not in self._retiring and not self.stop.is_set()):
                         self._retiring.add(worker)
-                        self._spares += 1
                         replaced = True
                 if replaced:
                     spares_started += 1
@@ -515,7 +523,6 @@ class ControllerRunner:
                 current = threading.current_thread()
                 if current in self._retiring:  # a spare took its place while it was stuck
                     self._retiring.discard(current)
-                    self._spares -= 1
                     return
 
     def _process(self, key: Key) -> None:
@@ -614,23 +621,19 @@ class ControllerRunner:
     def _set_finalizers(self, obj: CustomResource, finalizers: list[str]) -> CustomResource:
         """Write the finalizer list only if the object is still the version we read."""
         resource = _resource_of(type(obj))
-        target = (obj.namespace or "", obj.name)
-        updated: dict[str, Any] | None = None
-        self.own_primary_writes.begin(*target)
         try:
-            updated = self.api.request(
-                "PATCH", resource.path(obj.namespace, obj.name),
-                body={"metadata": {"finalizers": finalizers or None,
-                                   "resourceVersion": obj.resource_version}},
-                content_type="application/merge-patch+json")
+            updated = self.own_primary_writes.write(
+                obj.namespace or "", obj.name, lambda: self.api.request(
+                    "PATCH", resource.path(obj.namespace, obj.name),
+                    body={"metadata": {"finalizers": finalizers or None,
+                                       "resourceVersion": obj.resource_version}},
+                    content_type="application/merge-patch+json"))
         except ApiException as err:
             if err.status == 409:
                 raise _Conflict() from err
             if err.status == 404 and not finalizers:
                 return obj  # already gone
             raise
-        finally:
-            self.own_primary_writes.end(*target, updated)
         return type(obj).from_dict(updated)
 
 
