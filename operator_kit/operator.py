@@ -154,43 +154,45 @@ class Operator:
         """
         from operator_kit.certificates import WebhookCertificate
 
-        registrations = self.webhook_registrations()
+        validating, mutating, crds = self._ca_bundle_targets()
         # A client of its own: this runs in gunicorn's master, whose connections must not
         # be inherited by the worker it forks.
         with api_client(self.kubeconfig) as api:
             certificate = WebhookCertificate.shared(api, self.namespace, self.webhook_secret,
                                                     self.name)
             certificate.install(directory)
-            certificate.patch_ca_bundle(
-                api,
-                validating=[self.name] if any(r.type == "validate" for r in registrations)
-                else [],
-                mutating=[self.name] if any(r.type == "mutate" for r in registrations) else [],
-                crds=self._converted_crds())
+            certificate.patch_ca_bundle(api, validating=validating, mutating=mutating,
+                                        crds=crds)
         log.info("operator %s: webhook certificate installed in %s (valid until %s)",
                  self.name, directory, certificate.not_after.isoformat())
 
-    def _converted_crds(self) -> list[str]:
-        if not any(r.type == "convert" for r in self.webhook_registrations()):
-            return []
-        kinds = {c.resource.storage_version() for c in self.controllers}
-        return sorted(f"{k.plural}.{k.group}" for k in kinds if len(k.versions()) > 1)
+    def _ca_bundle_targets(self) -> tuple[list[str], list[str], list[str]]:
+        """What must trust the webhook CA: the validating and the mutating configuration
+        (named after the operator) when it has such webhooks, and the CRDs its conversion
+        webhook converts — the same kinds the manifests give ``conversion: Webhook``."""
+        types = {r.type for r in self.webhook_registrations()}
+        crds: list[str] = []
+        if "convert" in types:
+            from operator_kit.manifests._deploy import kinds_of
+
+            crds = sorted(f"{k.plural}.{k.group}" for k in kinds_of(self)
+                          if len(k.versions()) > 1)
+        return ([self.name] if "validate" in types else [],
+                [self.name] if "mutate" in types else [], crds)
 
     def _webhook_rules(self) -> list[Rule]:
         """What serving webhooks needs: the shared certificate and the CA bundle patches."""
-        registrations = self.webhook_registrations()
-        if not registrations:
+        if not self.webhook_registrations():
             return []
         rules = [Rule([""], ["secrets"], ["create"]),
                  Rule([""], ["secrets"], ["get", "update"], [self.webhook_secret])]
-        for kind, resource in (("validate", "validatingwebhookconfigurations"),
-                               ("mutate", "mutatingwebhookconfigurations")):
-            if any(r.type == kind for r in registrations):
-                rules.append(Rule(["admissionregistration.k8s.io"], [resource],
-                                  ["get", "update"], [self.name]))
-        if crds := self._converted_crds():
-            rules.append(Rule(["apiextensions.k8s.io"], ["customresourcedefinitions"],
-                              ["get", "update"], crds))
+        validating, mutating, crds = self._ca_bundle_targets()
+        for names, group, resource in (
+                (validating, "admissionregistration.k8s.io", "validatingwebhookconfigurations"),
+                (mutating, "admissionregistration.k8s.io", "mutatingwebhookconfigurations"),
+                (crds, "apiextensions.k8s.io", "customresourcedefinitions")):
+            if names:
+                rules.append(Rule([group], [resource], ["get", "update"], names))
         return rules
 
     def ready(self) -> bool:
