@@ -48,7 +48,9 @@ import gc
 import os
 from typing import Any
 
+from operator_kit.certificates import TLS_CERT_ENV, TLS_KEY_ENV
 from operator_kit.gunicorn_worker import read_timeout_from_env
+from operator_kit.webhooks import APP_ENV
 
 _TRUE = ("1", "true", "yes", "on")
 
@@ -58,8 +60,8 @@ def _flag(name: str) -> bool:
 
 
 def _tls_files() -> tuple[str | None, str | None]:
-    cert = os.environ.get("OPERATOR_KIT_TLS_CERT")
-    key = os.environ.get("OPERATOR_KIT_TLS_KEY")
+    cert = os.environ.get(TLS_CERT_ENV)
+    key = os.environ.get(TLS_KEY_ENV)
     directory = os.environ.get("OPERATOR_KIT_TLS_DIR")
     if not (cert and key) and directory:
         cert = cert or os.path.join(directory, "tls.crt")
@@ -93,17 +95,15 @@ def _prepare_tls() -> None:
     this off when the files come from elsewhere (a cert-manager Secret mounted there).
     """
     directory = os.environ.get("OPERATOR_KIT_TLS_DIR")
-    spec = os.environ.get("OPERATOR_KIT_APP")
+    spec = os.environ.get(APP_ENV)
     manage = os.environ.get("OPERATOR_KIT_MANAGE_TLS", "1").strip().lower() not in (
         "0", "false", "no", "off")
     if not (directory and spec and manage):
         return
     from operator_kit.webhooks import import_target
 
-    target = import_target(spec)
-    registrations = getattr(target, "webhook_registrations", None)
-    prepare = getattr(target, "prepare_webhook_tls", None)
-    if callable(registrations) and registrations() and callable(prepare):
+    prepare = getattr(import_target(spec), "prepare_webhook_tls", None)
+    if callable(prepare):  # an Operator: does nothing when it has no webhooks
         prepare(directory)
 
 

@@ -151,7 +151,10 @@ class Operator:
         Run before the webhook server starts (gunicorn_conf does it in the master): the
         first replica creates the certificate Secret, the others read it; every
         configuration and conversion webhook of this operator is told to trust its CA.
+        Nothing to do, and nothing done, when the operator has no webhooks.
         """
+        if not self.webhook_registrations():
+            return
         from operator_kit.certificates import WebhookCertificate
 
         validating, mutating, crds = self._ca_bundle_targets()
