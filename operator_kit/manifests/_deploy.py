@@ -45,12 +45,14 @@ def kinds_of(operator: Operator) -> list[type[CustomResource]]:
 
 
 def operator_manifests(operator: Operator, *, app: str, namespace: str, image: str,
-                       replicas: int = 2, ca_bundle: bytes | None = None) -> list[dict[str, Any]]:
+                       replicas: int = 2, ca_bundle: bytes | None = None,
+                       webhook_port: int = 443) -> list[dict[str, Any]]:
     """All documents the operator needs, for ``kubectl apply -f -``.
 
     `app` is how the image imports the operator (``MODULE:ATTR``, gunicorn's
-    ``OPERATOR_KIT_APP``)."""
-    target = WebhookTarget(operator.name, namespace, 443, ca_bundle)
+    ``OPERATOR_KIT_APP``); `webhook_port` is the Service port the API server calls the
+    webhooks on."""
+    target = WebhookTarget(operator.name, namespace, webhook_port, ca_bundle)
     registrations = operator.webhook_registrations()
     converters = [r for r in registrations if r.type == "convert"]
     docs: list[dict[str, Any]] = []

@@ -33,7 +33,7 @@ from kubernetes.client.exceptions import ApiException
 from operator_kit.localcluster.plane import free_port
 from operator_kit.manifests._deploy import operator_manifests
 from operator_kit.operator import Operator
-from operator_kit.testing import TestCluster, eventually
+from operator_kit.testing import Namespace, TestCluster, eventually
 
 FIELD_MANAGER = "operator-kit-local-deploy"
 
@@ -121,18 +121,13 @@ class LocalDeployment:
         self.dir = work_dir or Path(tempfile.mkdtemp(prefix=f"{operator.name}-"))
         self.replicas: list[Replica] = []
         self.documents = [doc for doc in operator_manifests(
-            operator, app=app, namespace=namespace, image="local", replicas=replicas)
-            if doc["kind"] != "Deployment"]
+            operator, app=app, namespace=namespace, image="local", replicas=replicas,
+            webhook_port=self.port) if doc["kind"] != "Deployment"]
         for doc in self.documents:
             if doc["kind"] == "Service":  # the API server reaches local processes
                 doc["spec"] = {"type": "ExternalName", "externalName": "localhost",
                                "ports": [{"name": "https", "port": self.port,
                                           "protocol": "TCP"}]}
-            for hook in doc.get("webhooks", []):
-                hook["clientConfig"]["service"]["port"] = self.port
-            conversion = doc.get("spec", {}).get("conversion", {}).get("webhook")
-            if conversion:
-                conversion["clientConfig"]["service"]["port"] = self.port
 
     # -- manifests -------------------------------------------------------------------------
 
@@ -145,9 +140,10 @@ class LocalDeployment:
             if err.status != 409:
                 raise
         for doc in self.documents:
-            self.cluster.api.apply(doc, field_manager=FIELD_MANAGER)
             if doc["kind"] == "CustomResourceDefinition":
-                self.cluster.install_crd(doc)
+                self.cluster.install_crd(doc)  # applies it and waits until it is served
+            else:
+                self.cluster.api.apply(doc, field_manager=FIELD_MANAGER)
 
     def delete(self) -> None:
         """Remove the cluster-scoped documents (the namespace goes with `delete_namespace`)."""
@@ -204,15 +200,11 @@ class LocalDeployment:
         return next((r for r in self.replicas if r.name == holder and r.alive()), None)
 
     def lease(self) -> Any:
+        """The operator's Lease (named and placed as `Operator.start` does), or None."""
         election = self.operator.leader_election
         name = (election.lease_name if election else "") or self.operator.name
-        try:
-            return self.cluster.api.get(
-                f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases/{name}")
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            raise
+        namespace = (election.namespace if election else None) or self.namespace
+        return Namespace(namespace, self.cluster).get("coordination.k8s.io/v1", "Lease", name)
 
     def wait_serving(self, timeout: float = 60.0) -> None:
         """Wait until the replicas answer /livez over TLS, or fail with their logs."""
