@@ -36,6 +36,7 @@ bounded by ``--widgets``, ``--rate`` and ``--minutes``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import signal
@@ -54,7 +55,7 @@ if str(ROOT) not in sys.path:
 from kubernetes.client.exceptions import ApiException  # noqa: E402
 
 from operator_kit.localcluster import LocalCluster  # noqa: E402
-from operator_kit.testing import TestCluster  # noqa: E402
+from operator_kit.testing import Namespace, TestCluster, stop_process  # noqa: E402
 
 
 def rss_mb(pid: int) -> float:
@@ -194,8 +195,7 @@ def soak(args: argparse.Namespace) -> int:
         folder = Path(tmp)
         plane: LocalCluster | None = None
         proc: subprocess.Popen[bytes] | None = None
-        cluster: TestCluster | None = None
-        ns_name: str | None = None
+        ns: Namespace | None = None
         try:
             kubeconfig = args.kubeconfig
             if not kubeconfig:
@@ -207,7 +207,6 @@ def soak(args: argparse.Namespace) -> int:
 
             cluster.install_crd(Widget)
             ns = cluster.namespace("soak")
-            ns_name = ns.name
             stats_file = folder / "stats.json"
             log = open(folder / "operator.log", "wb")
             proc = subprocess.Popen(
@@ -236,7 +235,7 @@ def soak(args: argparse.Namespace) -> int:
                   f"{'errors':>6} {'ops':>7} {'objects':>8} {'blocks':>8}", flush=True)
 
             def sample(elapsed: float) -> None:
-                rss = rss_mb(proc.pid) if proc else 0.0
+                rss = rss_mb(proc.pid)
                 samples.append((elapsed, rss))
                 stats = read_stats(stats_file)
                 objects.append((elapsed, stats.get("objects", 0) / 1000))
@@ -267,7 +266,11 @@ def soak(args: argparse.Namespace) -> int:
             sample(time.monotonic() - start)
 
             half = duration / 2
-            second = [s for s in samples if s[0] >= half]
+
+            def later(series: list[tuple[float, float]]) -> list[tuple[float, float]]:
+                return [s for s in series if s[0] >= half]
+
+            second, later_objects, later_blocks = later(samples), later(objects), later(blocks)
             print(f"\nops: {churn.counts}")
             print(f"RSS first {samples[0][1]:.1f} MB, last {samples[-1][1]:.1f} MB, "
                   f"delta {samples[-1][1] - samples[0][1]:+.1f} MB; "
@@ -275,30 +278,19 @@ def soak(args: argparse.Namespace) -> int:
             print(f"RSS slope over the second half ({len(second)} samples): "
                   f"{slope_per_hour(second):+.1f} MB/hour "
                   f"(whole run: {slope_per_hour(samples):+.1f} MB/hour)")
-
-            def later(series: list[tuple[float, float]]) -> list[tuple[float, float]]:
-                return [s for s in series if s[0] >= half]
-
             print(f"Python heap over the second half: gc-tracked objects "
-                  f"{slope_per_hour(later(objects)):+.1f}k/hour "
-                  f"({objects[len(objects) - len(second)][1]:.1f}k to {objects[-1][1]:.1f}k), "
-                  f"allocated blocks {slope_per_hour(later(blocks)):+.1f}k/hour "
-                  f"({blocks[len(blocks) - len(second)][1]:.1f}k to {blocks[-1][1]:.1f}k)",
+                  f"{slope_per_hour(later_objects):+.1f}k/hour "
+                  f"({later_objects[0][1]:.1f}k to {later_objects[-1][1]:.1f}k), "
+                  f"allocated blocks {slope_per_hour(later_blocks):+.1f}k/hour "
+                  f"({later_blocks[0][1]:.1f}k to {later_blocks[-1][1]:.1f}k)",
                   flush=True)
             return 0
         finally:
-            if proc is not None and proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-            if cluster is not None and ns_name is not None and plane is None:
-                try:
-                    cluster.api.request("DELETE", f"/api/v1/namespaces/{ns_name}")
-                except ApiException:
-                    pass
+            if proc is not None:
+                stop_process(proc)
+            if ns is not None and plane is None:  # on a cluster of the user's
+                with contextlib.suppress(ApiException):
+                    ns.delete()
             if plane is not None:
                 plane.down()
 

@@ -35,7 +35,6 @@ import argparse
 import http.client
 import json
 import os
-import signal
 import socket
 import ssl
 import subprocess
@@ -51,6 +50,7 @@ import flask
 
 from operator_kit.certificates import WebhookCertificate
 from operator_kit.resources import CustomResource
+from operator_kit.testing import stop_process
 from operator_kit.webhooks import AdmissionRequest, Denied, Webhooks
 
 # ---------------------------------------------------------------------- the two apps
@@ -208,13 +208,7 @@ class Server:
                 time.sleep(0.1)
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process)
         self._log.close()
 
 

@@ -5,7 +5,8 @@
 a cluster are skipped — or fail with instructions when
 ``OPERATOR_KIT_TEST_REQUIRE_KUBERNETES`` is set, as CI does, so a missing cluster can
 never pass as green. `install_crd` server-side applies a CRD and waits until it is
-served; `namespace(prefix)` gives a fresh, labelled namespace; `eventually` polls.
+served; `namespace(prefix)` gives a fresh, labelled namespace; `eventually` polls;
+`stop_process` ends a server a test started (SIGTERM, then SIGKILL).
 
 Nothing here assumes the project's own local plane. Never point these helpers at a
 cluster that matters: tests create and delete namespaces and cluster-wide CRDs.
@@ -18,6 +19,8 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
+import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -217,3 +220,16 @@ def running(operator: Operator, cluster: TestCluster, *,
         yield operator
     finally:
         operator.stop(timeout=10)
+
+
+def stop_process(process: subprocess.Popen[Any], timeout: float = 30.0) -> int:
+    """SIGTERM `process` if it still runs, wait up to `timeout`, then SIGKILL it; its exit
+    code."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    return process.returncode

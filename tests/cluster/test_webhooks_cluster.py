@@ -19,7 +19,6 @@ import http.client
 import json
 import multiprocessing
 import os
-import signal
 import socket
 import ssl
 import subprocess
@@ -38,7 +37,7 @@ from operator_kit.certificates import WebhookCertificate
 from operator_kit.client import Api, api_client
 from operator_kit.manifests import WebhookTarget, crd, with_conversion_webhook
 from operator_kit.resources import CustomResource
-from operator_kit.testing import Namespace, TestCluster, eventually
+from operator_kit.testing import Namespace, TestCluster, eventually, stop_process
 from operator_kit.webhooks import AdmissionRequest, Denied, Webhooks
 
 GROUP = "wh.operator-kit.test"
@@ -175,13 +174,7 @@ class Gunicorn:
         return (self.directory / "gunicorn.log").read_text(errors="replace")
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process)
         self.log.close()
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import socket
 import ssl
 import subprocess
@@ -36,6 +35,7 @@ from typing import Any
 import pytest
 
 from operator_kit.certificates import WebhookCertificate
+from operator_kit.testing import stop_process
 
 MAX_BODY = 64 * 1024
 ABUSE_THREADS = 3
@@ -423,12 +423,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
                 time.sleep(0.1)
         yield running
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
 
 
 @pytest.fixture(scope="module")
