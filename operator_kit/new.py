@@ -23,6 +23,7 @@ from pathlib import Path
 from string import Template
 
 from operator_kit.rbac import guess_plural
+from operator_kit.resources import _GROUP
 
 PACKAGE_INIT = '''\
 """$name: $kind resources ($group) become ConfigMaps.
@@ -261,8 +262,7 @@ def generate(name: str, group: str, kind: str, directory: Path) -> list[Path]:
     if not re.fullmatch(r"[a-z][a-z0-9-]*[a-z0-9]", name):
         raise ValueError(f"project name {name!r} must be lower-case letters, digits and "
                          "dashes, e.g. my-operator")
-    if not re.fullmatch(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+",
-                        group):
+    if not _GROUP.fullmatch(group):  # what CustomResource itself accepts
         raise ValueError(f"group {group!r} must be a DNS name with a dot, e.g. my.example.com")
     if not re.fullmatch(r"[A-Z][A-Za-z0-9]*", kind) or keyword.iskeyword(kind):
         raise ValueError(f"kind {kind!r} must be CamelCase, e.g. Widget")

@@ -283,12 +283,14 @@ class Webhooks(flask.Flask):
         self._registrations[path] = registration
         if registration.type == "convert":
             api_version, review = CONVERSION_API_VERSION, "ConversionReview"
+            limit = self.max_conversion_body_bytes
         else:
             api_version, review = ADMISSION_API_VERSION, "AdmissionReview"
+            limit = self.max_body_bytes
         self.add_url_rule(
             path,
             endpoint=f"webhook:{path}",
-            view_func=self._view(path, answer, api_version, review),
+            view_func=self._view(path, answer, api_version, review, limit),
             methods=["POST"],
             provide_automatic_options=False,
         )
@@ -296,13 +298,13 @@ class Webhooks(flask.Flask):
     # ------------------------------------------------------------------ serving
 
     def _view(
-        self, path: str, answer: _Answer, api_version: str, review_kind: str
+        self, path: str, answer: _Answer, api_version: str, review_kind: str, limit: int
     ) -> Callable[[], flask.Response]:
         def view() -> flask.Response:
             started = time.perf_counter()
             outcome = "error"
             try:
-                review = self._read_review(api_version, review_kind)
+                review = self._read_review(api_version, review_kind, limit)
                 body, outcome = answer(review)
                 return _json(body, 200)
             except _BadInput as bad:
@@ -318,14 +320,12 @@ class Webhooks(flask.Flask):
 
         return view
 
-    def _read_review(self, api_version: str, kind: str) -> dict[str, Any]:
+    def _read_review(self, api_version: str, kind: str, limit: int) -> dict[str, Any]:
         request = flask.request
         if request.mimetype != "application/json":
             raise _BadInput(
                 f"Content-Type must be application/json, got {request.mimetype or 'none'}", 415
             )
-        limit = (self.max_conversion_body_bytes if kind == "ConversionReview"
-                 else self.max_body_bytes)
         too_large = f"body larger than {limit} bytes"
         length = request.content_length
         if length is not None and length > limit:
