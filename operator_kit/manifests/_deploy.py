@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from operator_kit.operator import Operator
 
 WEBHOOK_PORT = 8443
+# What the operator's image runs after ``gunicorn`` (LocalDeployment runs the same).
+GUNICORN_ARGS = ("-c", "python:operator_kit.gunicorn_conf", "operator_kit.webhooks:app")
 
 
 def kinds_of(operator: Operator) -> list[type[CustomResource]]:
@@ -126,8 +128,7 @@ def deployment(name: str, *, app: str, namespace: str, image: str,
     container = {
         "name": "operator",
         "image": image,
-        "command": ["gunicorn", "-c", "python:operator_kit.gunicorn_conf",
-                    "operator_kit.webhooks:app"],
+        "command": ["gunicorn", *GUNICORN_ARGS],
         "env": env,
         "ports": [{"name": "https", "containerPort": WEBHOOK_PORT, "protocol": "TCP"}],
         "livenessProbe": _probe("/livez"),

@@ -172,6 +172,16 @@ class TestCluster:
         core.create_namespace({"metadata": {"name": name, "labels": {TEST_LABEL: "true"}}})
         return Namespace(name, self)
 
+    def ensure_namespace(self, name: str) -> Namespace:
+        """The namespace `name`, created unless it exists already (not labelled as a
+        test namespace: it is the caller's to keep or delete)."""
+        try:
+            client.CoreV1Api(self.client).create_namespace({"metadata": {"name": name}})
+        except ApiException as err:
+            if err.status != 409:
+                raise
+        return Namespace(name, self)
+
     def install_crd(self, crd_or_kind: Mapping[str, Any] | type, timeout: float = 60.0) -> Any:
         """Server-side apply a CRD (a dict, or a CustomResource class) and wait until served."""
         if isinstance(crd_or_kind, type):

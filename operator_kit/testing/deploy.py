@@ -31,7 +31,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from operator_kit.localcluster.plane import free_port
-from operator_kit.manifests._deploy import operator_manifests
+from operator_kit.manifests._deploy import GUNICORN_ARGS, operator_manifests
 from operator_kit.operator import Operator
 from operator_kit.testing import Namespace, TestCluster, eventually
 
@@ -133,12 +133,7 @@ class LocalDeployment:
 
     def apply(self) -> None:
         """Create the namespace if needed and server-side apply every document."""
-        core = client.CoreV1Api(self.cluster.client)
-        try:
-            core.create_namespace({"metadata": {"name": self.namespace}})
-        except ApiException as err:
-            if err.status != 409:
-                raise
+        self.cluster.ensure_namespace(self.namespace)
         for doc in self.documents:
             if doc["kind"] == "CustomResourceDefinition":
                 self.cluster.install_crd(doc)  # applies it and waits until it is served
@@ -187,8 +182,7 @@ class LocalDeployment:
             env.pop("OPERATOR_KIT_TLS_KEY", None)
             replica = Replica(
                 f"{self.operator.name}-{index}",
-                [sys.executable, "-m", "gunicorn", "-c", "python:operator_kit.gunicorn_conf",
-                 "operator_kit.webhooks:app"], env, cwd=None)
+                [sys.executable, "-m", "gunicorn", *GUNICORN_ARGS], env, cwd=None)
             self.replicas.append(replica)
             started.append(replica)
         return started

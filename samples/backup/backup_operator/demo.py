@@ -18,11 +18,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from backup_operator import Backup, BackupSpec, operator
-from operator_kit.testing import Namespace, TestCluster, eventually
+from operator_kit.testing import TestCluster, eventually
 from operator_kit.testing.deploy import LocalDeployment
 
 SAMPLE_DIR = str(Path(__file__).resolve().parents[1])
@@ -57,12 +56,7 @@ def main() -> int:
         leader = eventually(60, deployment.leader, message="a replica holds the Lease")
         print(f"replicas {', '.join(r.name for r in deployment.replicas)} serve webhooks on "
               f"https://localhost:{deployment.port}; {leader.name} leads")
-        demo = Namespace("backup-demo", cluster)
-        try:
-            client.CoreV1Api(cluster.client).create_namespace({"metadata": {"name": demo.name}})
-        except ApiException as err:
-            if err.status != 409:
-                raise
+        demo = cluster.ensure_namespace("backup-demo")
         path = f"/apis/example.com/v1/namespaces/{demo.name}/backups"
         try:
             cluster.api.request("DELETE", f"{path}/nightly")
