@@ -183,21 +183,36 @@ class TestCluster:
         return Namespace(name, self)
 
     def install_crd(self, crd_or_kind: Mapping[str, Any] | type, timeout: float = 60.0) -> Any:
-        """Server-side apply a CRD (a dict, or a CustomResource class) and wait until served."""
+        """Server-side apply a CRD (a dict, or a CustomResource class) and wait until served.
+
+        A CRD of that name still being deleted (by an earlier test's clean-up, say) is
+        waited out first: applying to it would not stop its deletion, and the CRD would
+        vanish under the caller."""
         if isinstance(crd_or_kind, type):
             from operator_kit.manifests import crd as make_crd
 
             definition: Mapping[str, Any] = make_crd(crd_or_kind)
         else:
             definition = crd_or_kind
-        self.api.apply(definition, field_manager=FIELD_MANAGER)
         name = definition["metadata"]["name"]
+        path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+
+        def not_terminating() -> bool:
+            try:
+                return not self.api.get(path)["metadata"].get("deletionTimestamp")
+            except ApiException as err:
+                if err.status == 404:
+                    return True
+                raise
+
+        eventually(timeout, not_terminating, message=f"CRD {name} being deleted is gone")
+        self.api.apply(definition, field_manager=FIELD_MANAGER)
         group = definition["spec"]["group"]
         plural = definition["spec"]["names"]["plural"]
         versions = [v["name"] for v in definition["spec"]["versions"] if v.get("served", True)]
 
         def established() -> Any:
-            crd = self.api.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+            crd = self.api.get(path)
             conditions = {
                 c["type"]: c["status"] for c in crd.get("status", {}).get("conditions", [])
             }
