@@ -13,9 +13,14 @@ takes the connection up to the last byte of the body, at most ``OPERATOR_KIT_REA
 seconds (default 5; the API server sends even a review of several MiB in milliseconds). A
 request not received by then has its connection shut down, which wakes the thread
 blocked on it; the connection is closed, a warning names the client, and
-``operator_kit_webhook_read_timeouts_total`` counts it. The time a handler takes once it
-has read the body does not count, nor does writing the answer (a route that never reads
-its body keeps the clock running while it works: the webhook views always read it).
+``operator_kit_webhook_read_timeouts_total{stage}`` counts it. A connection that
+finished its TLS handshake but never began a request is closed the same way, logged at
+debug level only: Go's HTTP client, the API server's, sometimes dials one ahead and
+leaves it idle, and gunicorn would hold a thread on it until the client hangs up.
+
+The time a handler takes once it has read the body does not count, nor does writing the
+answer (a route that never reads its body keeps the clock running while it works: the
+webhook views always read it).
 One thread, ``operator_kit-read-deadlines``, watches the deadlines; it stops with the
 worker.
 
@@ -29,6 +34,7 @@ import os
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -58,33 +64,45 @@ def read_timeout_from_env() -> float:
     return value
 
 
+CONNECTING, IDLE, REQUEST = "connecting", "idle", "request"
+"""How far a connection got: in its TLS handshake, done with it (or kept alive) but sent
+no byte of a request yet, or partway through a request."""
+
+
 class ReadDeadlines:
     """Connections whose request is being read, each with the time it must be read by.
 
-    `begin` when a thread takes a connection, `end` once its request has been read (or the
-    thread is done with it); `expired` takes out those past their deadline. Thread-safe;
-    the clock is injectable for tests.
+    `begin` when a thread takes a connection, `reached` as it gets further (see
+    CONNECTING, IDLE, REQUEST), `end` once its request has been read (or the thread is
+    done with it); `expired` takes out those past their deadline, with how far each got.
+    Thread-safe; the clock is injectable for tests.
     """
 
     def __init__(self, timeout: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.timeout = timeout
         self._clock = clock
         self._lock = threading.Lock()
-        self._deadlines: dict[int, tuple[float, Any]] = {}
+        self._deadlines: dict[int, tuple[float, Any, str]] = {}
 
-    def begin(self, conn: Any) -> None:
+    def begin(self, conn: Any, stage: str = REQUEST) -> None:
         with self._lock:
-            self._deadlines[id(conn)] = (self._clock() + self.timeout, conn)
+            self._deadlines[id(conn)] = (self._clock() + self.timeout, conn, stage)
+
+    def reached(self, conn: Any, stage: str) -> None:
+        with self._lock:
+            entry = self._deadlines.get(id(conn))
+            if entry is not None:
+                self._deadlines[id(conn)] = (entry[0], conn, stage)
 
     def end(self, conn: Any) -> None:
         with self._lock:
             self._deadlines.pop(id(conn), None)
 
-    def expired(self) -> list[Any]:
+    def expired(self) -> list[tuple[Any, str]]:
         now = self._clock()
         with self._lock:
-            late = [key for key, (deadline, _) in self._deadlines.items() if deadline <= now]
-            return [self._deadlines.pop(key)[1] for key in late]
+            late = [key for key, (deadline, _, _) in self._deadlines.items() if deadline <= now]
+            return [self._deadlines.pop(key)[1:] for key in late]
 
     def __len__(self) -> int:
         with self._lock:
@@ -143,7 +161,11 @@ class ThreadWorker(_GThreadWorker):  # type: ignore[misc]
             watcher.join(timeout=5)
 
     def handle(self, conn: Any) -> Any:
-        self.read_deadlines.begin(conn)
+        if getattr(conn, "initialized", True):  # kept alive: waiting for its next request
+            self.read_deadlines.begin(conn, IDLE)
+        else:
+            self.read_deadlines.begin(conn, CONNECTING)
+            self._follow_stages(conn)
         try:
             return super().handle(conn)
         finally:
@@ -160,18 +182,60 @@ class ThreadWorker(_GThreadWorker):  # type: ignore[misc]
             body.reader = _EndOfBody(reader, lambda: self.read_deadlines.end(conn))
         return super().handle_request(req, conn)
 
+    def _follow_stages(self, conn: Any) -> None:
+        """Note when `conn` is through its TLS handshake, and when a request's first byte
+        arrives, by wrapping its (idempotent) ``init`` and then its parser's socket reads.
+
+        The wrappers hold the connection and its reader weakly: they are stored on them,
+        and a reference cycle per connection would keep each one (and its TLS buffers)
+        alive until a full garbage collection."""
+        init = getattr(type(conn), "init", None)
+        if init is None or getattr(conn, "_operator_kit_followed", False):
+            return
+        conn._operator_kit_followed = True
+        deadlines = self.read_deadlines
+        conn_ref = weakref.ref(conn)
+
+        def init_and_follow() -> None:
+            this = conn_ref()
+            if this is None:
+                return
+            init(this)
+            deadlines.reached(this, IDLE)
+            unreader: Any = getattr(getattr(this, "parser", None), "unreader", None)
+            chunk = getattr(type(unreader), "chunk", None)
+            if chunk is None:
+                return
+            unreader_ref = weakref.ref(unreader)
+
+            def chunk_and_note(*args: Any, **kwargs: Any) -> Any:
+                data = chunk(unreader_ref(), *args, **kwargs)
+                reader = conn_ref()
+                if data and reader is not None:
+                    deadlines.reached(reader, REQUEST)
+                return data
+
+            unreader.chunk = chunk_and_note
+
+        conn.init = init_and_follow
+
     def _watch_deadlines(self) -> None:
         while not self._deadline_stop.wait(CHECK_INTERVAL):
-            for conn in self.read_deadlines.expired():
+            for conn, stage in self.read_deadlines.expired():
                 if getattr(conn, "is_http2", False):
                     continue  # streams are multiplexed: a deadline per request does not fit
-                if shut_down(getattr(conn, "sock", None)):
-                    WEBHOOK_READ_TIMEOUTS.inc()
+                if not shut_down(getattr(conn, "sock", None)):
+                    continue
+                WEBHOOK_READ_TIMEOUTS.labels(stage).inc()
+                client = _address(getattr(conn, "client", None))
+                if stage == IDLE:  # a client's spare connection (Go dials ahead), not a request
+                    logger.debug("closed the idle connection from %s: no request began on it "
+                                 "within %.1f s", client, self.read_deadlines.timeout)
+                else:
                     logger.warning(
                         "closed the connection from %s: its request was not received "
                         "within %.1f s (a slow or stalled client; OPERATOR_KIT_READ_TIMEOUT)",
-                        _address(getattr(conn, "client", None)),
-                        self.read_deadlines.timeout,
+                        client, self.read_deadlines.timeout,
                     )
 
 

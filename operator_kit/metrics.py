@@ -77,8 +77,9 @@ WEBHOOK_REQUESTS = Counter(
 )
 WEBHOOK_READ_TIMEOUTS = Counter(
     "operator_kit_webhook_read_timeouts",
-    "Connections closed because their request was not received within "
-    "OPERATOR_KIT_READ_TIMEOUT (slow or stalled clients).",
+    "Connections closed because nothing complete arrived within OPERATOR_KIT_READ_TIMEOUT, "
+    "by stage: connecting (TLS handshake), idle (no request began), request (partway).",
+    ["stage"],
 )
 WEBHOOK_DURATION = Histogram(
     "operator_kit_webhook_duration_seconds",

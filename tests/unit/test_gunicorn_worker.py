@@ -11,7 +11,10 @@ from typing import Any
 import pytest
 
 from operator_kit.gunicorn_worker import (
+    CONNECTING,
     DEFAULT_READ_TIMEOUT,
+    IDLE,
+    REQUEST,
     ReadDeadlines,
     _EndOfBody,
     read_timeout_from_env,
@@ -37,10 +40,10 @@ def test_a_connection_expires_once_its_read_timeout_has_passed_and_only_once() -
     clock.now += 1.9
     assert deadlines.expired() == []
     clock.now += 0.1
-    assert deadlines.expired() == [first]
+    assert deadlines.expired() == [(first, "request")]
     assert deadlines.expired() == []  # taken out: it is shut down once
     clock.now += 3
-    assert deadlines.expired() == [second]
+    assert deadlines.expired() == [(second, "request")]
     assert len(deadlines) == 0
 
 
@@ -67,7 +70,22 @@ def test_each_request_on_a_kept_alive_connection_gets_a_fresh_deadline() -> None
     clock.now += 4.9
     assert deadlines.expired() == []
     clock.now += 0.1
-    assert deadlines.expired() == [conn]
+    assert deadlines.expired() == [(conn, "request")]
+
+
+def test_an_expired_connection_says_how_far_it_got() -> None:
+    clock = Clock()
+    deadlines = ReadDeadlines(5.0, clock)
+    handshaking, idle, partway = object(), object(), object()
+    for conn in (handshaking, idle, partway):
+        deadlines.begin(conn, CONNECTING)
+    deadlines.reached(idle, IDLE)
+    deadlines.reached(partway, IDLE)
+    deadlines.reached(partway, REQUEST)
+    deadlines.reached(object(), REQUEST)  # not (or no longer) watched: ignored
+    clock.now += 5
+    assert sorted(deadlines.expired(), key=lambda e: e[1]) == [
+        (handshaking, CONNECTING), (idle, IDLE), (partway, REQUEST)]
 
 
 class LengthReader:

@@ -597,3 +597,23 @@ def test_more_slow_clients_than_threads_are_cut_off_and_valid_reviews_still_get_
     log = server.log.read_text(errors="replace")
     assert log.count("was not received within") - warnings_before == SLOWLORIS_CLIENTS
     assert "Traceback" not in log
+
+
+def test_an_idle_connection_is_closed_after_the_read_timeout_without_a_warning(
+    server: Server,
+) -> None:
+    """Go's HTTP client (the API server's) may dial a connection ahead and leave it idle:
+    it must not hold a thread for good, and it is not a slow client to warn about."""
+    warnings_before = server.log.read_text(errors="replace").count("was not received within")
+    started = time.monotonic()
+    with server.connect(timeout=30) as sock:  # the TLS handshake completes; no request
+        sock.settimeout(4 * READ_TIMEOUT)
+        try:
+            answer = sock.recv(1024)
+        except OSError:  # reset or TLS EOF: closed too
+            answer = b""
+    closed_after = time.monotonic() - started
+    assert answer == b""
+    assert READ_TIMEOUT - 0.5 < closed_after < READ_TIMEOUT + 1.5, closed_after
+    log = server.log.read_text(errors="replace")
+    assert log.count("was not received within") == warnings_before
