@@ -8,7 +8,10 @@ certificate, manifests generated from the code, metrics and probes.
 Only the public names are here; everything else is internal to its module.
 """
 
-from operator_kit.controller import Action, Context, Controller, Kind
+from operator_kit import filters
+from operator_kit.context import Context
+from operator_kit.controller import Action, Controller, Index, Owns, Watch
+from operator_kit.kinds import Kind
 from operator_kit.leader import LeaderElection
 from operator_kit.operator import Operator
 from operator_kit.rbac import Rule
@@ -21,10 +24,14 @@ __all__ = [
     "Context",
     "Controller",
     "CustomResource",
+    "Index",
     "InvalidResource",
     "Kind",
     "LeaderElection",
     "Operator",
+    "Owns",
     "PrinterColumn",
     "Rule",
+    "Watch",
+    "filters",
 ]

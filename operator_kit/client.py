@@ -155,9 +155,13 @@ class Api:
         content_type: str = "application/json",
         timeout: float | tuple[float, float] | None = 60.0,
         stream: bool = False,
+        accept: str | None = None,
     ) -> Any:
-        """Send one request; the decoded JSON answer, or the raw response when `stream`."""
-        headers = {"Accept": "application/json", "Content-Type": content_type}
+        """Send one request; the decoded JSON answer, or the raw response when `stream`.
+
+        `accept` asks for another representation, e.g. metadata only
+        (``application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1``)."""
+        headers = {"Accept": accept or "application/json", "Content-Type": content_type}
         params = [(k, _query_value(v)) for k, v in (query or {}).items() if v is not None]
         response = self.client.call_api(
             path,

@@ -7,14 +7,17 @@ notification cannot make it wrong; it just looks again.
 
 How a change reaches `reconcile`, top to bottom::
 
-    Informer (watching.py)  list + watch the primary kind and each owned kind
-        │  WatchEvent            primary: its key; owned: its controller owner's key
+    Informer (watching.py)  list + watch each kind into its cache (cache.py); events
+        │  WatchEvent         primary: its key; owned: its controller owner's key;
+        │                     watched: the keys its mapper returns — each source's
+        │                     filters (filters.py) decide what passes
         ▼
     WorkQueue (queueing.py)  de-duplicates keys; one worker per key at a time; delays
         │  key
         ▼
-    _Runner._process         the finalizer state machine, then reconcile, then
-                             requeue / failure backoff / forget
+    ControllerRunner._process  the finalizer state machine, then reconcile with a
+                               fresh Context (context.py), then requeue / failure
+                               backoff / forget
 
 The finalizer, when a controller names one, follows four states:
 
@@ -26,31 +29,34 @@ The finalizer, when a controller names one, follows four states:
     deleting, finalizer absent       → nothing to do
 
 A change that touches only ``status`` (and bookkeeping metadata) does not queue the
-object again, so a controller writing its own status does not reconcile in a loop.
+object again (the primary's default filter), so a controller writing its own status
+does not reconcile in a loop.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import random
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from operator_kit import metrics
 from operator_kit.client import Api, Resource, throttle_delay
+from operator_kit.context import Context, resource_of
 from operator_kit.events import EventRecorder
+from operator_kit.filters import Filter, deletion_started, spec_changed
+from operator_kit.kinds import Kind, KindSpec
+from operator_kit.objects import Objects, decode
+from operator_kit.own_writes import OwnWrites
 from operator_kit.queueing import Backoff, WorkQueue
-from operator_kit.rbac import Rule, guess_plural
+from operator_kit.rbac import Rule
 from operator_kit.resources import CustomResource, InvalidResource
-from operator_kit.watching import Informer, Key, WatchEvent
+from operator_kit.watching import Informer, Informers, Key, WatchEvent
 
 log = logging.getLogger("operator_kit.controller")
 
@@ -77,220 +83,88 @@ class Action:
 
 
 @dataclass(frozen=True)
-class Kind:
-    """An apiVersion and kind, for owned built-in kinds: ``Kind("batch/v1", "CronJob")``."""
+class Owns:
+    """A kind whose objects this controller makes, each with a controller
+    ownerReference to its primary: a change to one reconciles that primary.
 
-    api_version: str
-    kind: str
-    plural: str = ""
+    ``Owns("batch/v1/Job", filters=[generation_changed])``; a plain kind in ``owns``
+    means ``Owns(kind)``. With ``metadata_only=True`` only the objects' metadata is
+    watched and cached (``ctx.owned`` then returns metadata-only dicts): for a
+    controller that only needs to know what exists, it is a fraction of the memory."""
 
-    @classmethod
-    def of(cls, spec: str | Kind | type[CustomResource]) -> Kind:
-        if isinstance(spec, Kind):
-            return spec
-        if isinstance(spec, str):
-            api_version, _, kind = spec.rpartition("/")
-            if not api_version or not kind:
-                raise ValueError(f"owned kind {spec!r} must read 'apiVersion/Kind', "
-                                 "e.g. 'batch/v1/CronJob' or 'v1/ConfigMap'")
-            return cls(api_version, kind)
-        return cls(spec.api_version(), spec.kind, spec.plural)
-
-    @property
-    def group(self) -> str:
-        return self.api_version.rpartition("/")[0]
-
-    @property
-    def resource_name(self) -> str:
-        return self.plural or guess_plural(self.kind)
+    kind: KindSpec
+    filters: Sequence[Filter] = ()
+    metadata_only: bool = False
 
 
-class Context:
-    """What a reconcile gets besides the object: the client and the operator's helpers."""
-
-    def __init__(self, api: Api, *, field_manager: str, recorder: EventRecorder,
-                 controller: str, own_writes: OwnWrites | None = None) -> None:
-        self.api = api
-        self._own_writes = own_writes
-        self.client: client.ApiClient = api.client
-        self.field_manager = field_manager
-        self.controller = controller
-        self.log = logging.getLogger(f"operator_kit.controller.{controller}")
-        self._recorder = recorder
-
-    def patch_status(self, obj: R, status: Mapping[str, Any] | Any) -> R:
-        """Merge-patch `status` (a dict, or the kind's status dataclass) into the status
-        subresource; returns the object as the API server now has it."""
-        if dataclasses.is_dataclass(status) and not isinstance(status, type):
-            copy = type(obj).from_dict(obj.to_dict())
-            copy.status = status
-            patch = copy.to_dict().get("status", {})
-        elif isinstance(status, Mapping):
-            patch = dict(status)
-        else:
-            raise TypeError("patch_status takes a dict or the kind's status dataclass")
-        resource = _resource_of(type(obj))
-        updated = self.api.request(
-            "PATCH", resource.path(obj.namespace, obj.name, "status"),
-            body={"status": patch}, content_type="application/merge-patch+json")
-        return type(obj).from_dict(updated)
-
-    def apply_owned(self, owner: CustomResource, child: Any) -> dict[str, Any]:
-        """Server-side apply `child` with a controller ownerReference to `owner`.
-
-        `child` is a dict, a kubernetes client model, or a CustomResource. The field
-        manager is the operator's name; deleting the owner garbage-collects the child.
-        """
-        if isinstance(child, CustomResource):
-            body = child.to_dict()
-        elif isinstance(child, Mapping):
-            body = dict(child)
-        else:
-            body = self.client.sanitize_for_serialization(child)
-        if "apiVersion" not in body or "kind" not in body:
-            raise ValueError("apply_owned needs the child's apiVersion and kind")
-        resource = self.api.resource_for(body["apiVersion"], body["kind"])
-        meta = dict(body.get("metadata") or {})
-        if resource.namespaced and not meta.get("namespace"):
-            meta["namespace"] = owner.namespace
-        meta["ownerReferences"] = [owner_reference(owner)]
-        body["metadata"] = meta
-        def send() -> dict[str, Any]:
-            result: dict[str, Any] = self.api.apply(body, field_manager=self.field_manager)
-            return result
-
-        if self._own_writes is None:
-            return send()
-        return self._own_writes.write(str(meta.get("namespace") or ""),
-                                      str(meta.get("name") or ""), send)
-
-    def event(self, obj: CustomResource | Mapping[str, Any], warning: bool, reason: str,
-              note: str) -> None:
-        """Post a core Event on `obj` (shown by ``kubectl describe``); repeats aggregate."""
-        body = obj.to_dict() if isinstance(obj, CustomResource) else dict(obj)
-        self._recorder.event(body, warning=warning, reason=reason, note=note)
+Mapper = Callable[[Any, Objects], Iterable[Any]]
+"""Maps a changed object of a watched kind to the primaries to reconcile; gets the
+object (decoded like a read of its kind) and the operator's cached reads (`Objects`)."""
 
 
-class OwnWrites:
-    """The resourceVersions of owned objects this controller just wrote.
+@dataclass(frozen=True)
+class Watch:
+    """A related kind — not owned — whose changes reconcile the primaries `mapper`
+    returns: names (in the changed object's namespace), ``(namespace, name)`` keys, or
+    the primary objects themselves. Keys of primaries that do not exist are ignored.
 
-    The watch then reports each such write back as a change to an owned object, which
-    would reconcile its owner a second time for nothing: the reconcile that wrote it
-    already saw the world as it now is. Events carrying a remembered version are
-    skipped (once); any later change — by anyone — has a new version and counts.
+    E.g. the Backups that reference a changed Secret, through an index on Backups::
 
-    The echo often arrives before the write's own answer has been read (on a quick
-    network, about a third of the time): while a write to a name is in flight (`begin`),
-    that name's events are held; when the write ends (`end`), the one carrying its
-    version is dropped and the rest go to `deliver`, as they would have at once. A
-    version whose echo never comes (an apply that changed nothing) is forgotten after
-    `ttl` seconds, and at most `limit` are kept.
+        indexes = {"secret": Index(Backup, lambda b: b.spec.secret_name)}
+        watches = [Watch("v1/Secret", lambda secret, objects: objects.list(
+            Backup, secret["metadata"]["namespace"],
+            index=("secret", secret["metadata"]["name"])))]
     """
 
-    def __init__(self, deliver: Callable[[WatchEvent], None], *, limit: int = 10_000,
-                 ttl: float = 120.0, clock: Callable[[], float] = time.monotonic) -> None:
-        self._deliver = deliver
-        self._versions: OrderedDict[str, float] = OrderedDict()  # version -> when written
-        self._in_flight: dict[tuple[str, str], int] = {}  # (namespace, name) -> writes
-        self._held: dict[tuple[str, str], list[WatchEvent]] = {}
-        self._limit = limit
-        self._ttl = ttl
-        self._clock = clock
-        self._lock = threading.Lock()
-
-    def begin(self, namespace: str, name: str) -> None:
-        """A write to `namespace`/`name` is about to be sent."""
-        with self._lock:
-            key = (namespace, name)
-            self._in_flight[key] = self._in_flight.get(key, 0) + 1
-
-    def end(self, namespace: str, name: str, written: Mapping[str, Any] | None) -> None:
-        """The write ended: `written` is the object it returned (None if it failed)."""
-        with self._lock:
-            key = (namespace, name)
-            if written is not None:
-                self._remember(written)
-            left = self._in_flight.get(key, 1) - 1
-            if left > 0:
-                self._in_flight[key] = left
-                return
-            self._in_flight.pop(key, None)
-            held = self._held.pop(key, [])
-            passed = [event for event in held if not self._forget(event.object)]
-        for event in passed:
-            self._deliver(event)
-
-    def write(self, namespace: str, name: str,
-              send: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-        """`send` the write to `namespace`/`name` between `begin` and `end`; its result."""
-        self.begin(namespace, name)
-        written: dict[str, Any] | None = None
-        try:
-            written = send()
-            return written
-        finally:
-            self.end(namespace, name, written)
-
-    def take(self, event: WatchEvent) -> bool:
-        """True if `event` is handled here: the echo of our write (dropped), or an event
-        held until the write in flight to the same name ends."""
-        meta = event.object.get("metadata", {})
-        key = (meta.get("namespace") or "", meta.get("name") or "")
-        with self._lock:
-            if self._forget(event.object):
-                return True
-            if key in self._in_flight:
-                self._held.setdefault(key, []).append(event)
-                return True
-            return False
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._versions)
-
-    def _remember(self, obj: Mapping[str, Any]) -> None:
-        version = obj.get("metadata", {}).get("resourceVersion")
-        now = self._clock()
-        if version:
-            self._versions[str(version)] = now
-            self._versions.move_to_end(str(version))
-        while self._versions and (len(self._versions) > self._limit
-                                  or next(iter(self._versions.values())) < now - self._ttl):
-            self._versions.popitem(last=False)
-
-    def _forget(self, obj: Mapping[str, Any]) -> bool:
-        version = obj.get("metadata", {}).get("resourceVersion")
-        return self._versions.pop(str(version), None) is not None
+    kind: KindSpec
+    mapper: Mapper
+    filters: Sequence[Filter] = ()
+    metadata_only: bool = False
+    label_selector: str | None = None
 
 
-def owner_reference(owner: CustomResource) -> dict[str, Any]:
-    if not owner.uid:
-        raise ValueError(f"{owner.kind} {owner.name} has no uid: read it from the API first")
-    return {"apiVersion": owner.api_version(), "kind": owner.kind, "name": owner.name,
-            "uid": owner.uid, "controller": True, "blockOwnerDeletion": True}
+@dataclass(frozen=True)
+class Index:
+    """A named index over a cached kind: `function` maps an object (decoded like a read
+    of `kind`) to the value (or values) it is found under with
+    ``ctx.list(kind, index=(name, value))``. The kind must be the primary, owned or
+    watched."""
 
-
-def _resource_of(kind: type[CustomResource]) -> Resource:
-    group, _, version = kind.api_version().rpartition("/")
-    return Resource(group, version, kind.plural, kind.kind, kind.namespaced)
+    kind: KindSpec
+    function: Callable[[Any], str | Iterable[str] | None]
 
 
 class Controller(Generic[R]):
     """Subclass, name the `resource`, and write `reconcile`.
 
     Class attributes configure it (all optional but `resource`):
-    ``owns`` (kinds whose changes reconcile their controller owner: CustomResource
-    classes, ``"batch/v1/CronJob"`` strings or `Kind`), ``finalizer`` (a name; then
-    `cleanup` runs before the object goes), ``namespace`` (None: all),
-    ``label_selector``, ``field_selector``, ``max_concurrent_reconciles``, ``on_error``
-    (first retry delay after a failure, doubling up to ``max_backoff``),
-    ``reconcile_timeout`` (a reconcile running longer is reported as stuck and another
-    worker started in its place), ``rules``
-    (extra RBAC rules reconcile needs) and ``name`` (default: the kind, lower case).
+
+    - ``owns``: kinds whose changes reconcile their controller owner — CustomResource
+      classes, ``"batch/v1/Job"`` strings, client model classes, or `Owns` with
+      filters; they are cached, and ``ctx.owned(obj, kind)`` reads them;
+    - ``watches``: related kinds (`Watch`) whose changes reconcile the primaries a
+      mapper returns; cached too;
+    - ``indexes``: named `Index` functions over a cached kind, for
+      ``ctx.list(kind, index=(name, value))``;
+    - ``filters``: which changes of a primary object reconcile it (default
+      `operator_kit.filters.spec_changed`; see that module's table);
+    - ``skip_own_echoes``: when True, the watch's echo of the controller's own
+      ``apply_owned`` does not reconcile the owner again (default False, as in
+      controller-runtime: ported code relies on that echo);
+    - ``finalizer`` (a name; then `cleanup` runs before the object goes),
+      ``namespace`` (None: all), ``label_selector``, ``field_selector``,
+      ``max_concurrent_reconciles``, ``on_error`` (first retry delay after a failure,
+      doubling up to ``max_backoff``), ``reconcile_timeout`` (a reconcile running
+      longer is reported as stuck and another worker started in its place), ``rules``
+      (extra RBAC rules reconcile needs) and ``name`` (default: the kind, lower case).
     """
 
     resource: type[CustomResource]
-    owns: Sequence[str | Kind | type[CustomResource]] = ()
+    owns: Sequence[KindSpec | Owns] = ()
+    watches: Sequence[Watch] = ()
+    indexes: Mapping[str, Index] = {}
+    filters: Sequence[Filter] | None = None
+    skip_own_echoes: bool = False
     finalizer: str | None = None
     namespace: str | None = None
     label_selector: str | None = None
@@ -310,20 +184,45 @@ class Controller(Generic[R]):
             self.name = self.resource.kind.lower()
         if self.max_concurrent_reconciles < 1:
             raise ValueError("max_concurrent_reconciles must be at least 1")
+        for watch in self.watches:
+            if not isinstance(watch, Watch) or not callable(watch.mapper):
+                raise TypeError(f"{type(self).__name__}.watches takes Watch(kind, mapper) "
+                                f"entries, not {watch!r}")
+        cached = {self.primary_kind(), *self.owned_kinds(), *self.watched_kinds()}
+        for name, index in self.indexes.items():
+            if not isinstance(index, Index):
+                raise TypeError(f"{type(self).__name__}.indexes[{name!r}] must be an "
+                                "Index(kind, function)")
+            if Kind.of(index.kind) not in cached:
+                raise ValueError(
+                    f"{type(self).__name__}.indexes[{name!r}] is over {Kind.of(index.kind)}, "
+                    "which this controller does not cache: name it in `owns` or `watches`")
 
-    def reconcile(self, obj: R, ctx: Context) -> Action:
-        """Make the world match `obj`. Raise to retry with backoff."""
+    def reconcile(self, obj: R, ctx: Context) -> Action | None:
+        """Make the world match `obj`. Return an `Action` (or None: wait for a change);
+        raise to retry with backoff."""
         raise NotImplementedError(f"{type(self).__name__} must define reconcile()")
 
     def cleanup(self, obj: R, ctx: Context) -> None:
         """Undo what reconcile did outside the cluster; runs once the object is being
         deleted, before the finalizer is removed. Raise to keep the finalizer and retry."""
 
+    def primary_kind(self) -> Kind:
+        return Kind.of(self.resource)
+
+    def owned(self) -> list[Owns]:
+        """``owns`` with every entry as an `Owns`."""
+        return [spec if isinstance(spec, Owns) else Owns(spec) for spec in self.owns]
+
     def owned_kinds(self) -> list[Kind]:
-        return [Kind.of(spec) for spec in self.owns]
+        return [Kind.of(owned.kind) for owned in self.owned()]
+
+    def watched_kinds(self) -> list[Kind]:
+        return [Kind.of(watch.kind) for watch in self.watches]
 
     def required_rules(self) -> list[Rule]:
-        """What this controller needs: its kind, its status, finalizers, owned kinds."""
+        """What this controller needs: its kind, its status, finalizers, owned kinds
+        (which it makes and may delete) and watched kinds (which it reads)."""
         kind = self.resource
         rules = [
             Rule([kind.group], [kind.plural], ["get", "list", "watch", "patch", "update"]),
@@ -334,24 +233,19 @@ class Controller(Generic[R]):
             # finalizers where the OwnerReferencesPermissionEnforcement plugin is on.
             rules.append(Rule([kind.group], [f"{kind.plural}/finalizers"], ["update"]))
         for owned in self.owned_kinds():
-            # Server-side apply creates or patches; the garbage collector deletes.
+            # Server-side apply creates or patches; ctx.delete removes old children.
             rules.append(Rule([owned.group], [owned.resource_name],
-                              ["get", "list", "watch", "create", "patch"]))
+                              ["get", "list", "watch", "create", "patch", "delete"]))
+        for watched in self.watched_kinds():
+            rules.append(Rule([watched.group], [watched.resource_name],
+                              ["get", "list", "watch"]))
         rules.append(Rule([""], ["events"], ["create", "patch", "get"]))
         rules.extend(self.rules)
         return rules
 
 
-def meaningful_change(event: WatchEvent) -> bool:
-    """False for an update that changed only status and bookkeeping metadata."""
-    if event.type != "MODIFIED" or event.old is None:
-        return True
-    old, new = event.old.get("metadata", {}), event.object.get("metadata", {})
-    if "generation" not in new:  # kinds without generation: any change counts
-        return True
-    return any(old.get(field) != new.get(field) for field in (
-        "generation", "labels", "annotations", "finalizers", "deletionTimestamp",
-        "ownerReferences"))
+meaningful_change = spec_changed
+"""The primary's default filter (kept under its first name)."""
 
 
 class ControllerRunner:
@@ -359,7 +253,8 @@ class ControllerRunner:
 
     def __init__(self, controller: Controller[Any], api: Api, *, field_manager: str,
                  recorder: EventRecorder, stop: threading.Event,
-                 informer_for: Any, may_reconcile: Callable[[], bool] = lambda: True) -> None:
+                 informers: Informers, objects: Objects | None = None,
+                 may_reconcile: Callable[[], bool] = lambda: True) -> None:
         self.controller = controller
         self.may_reconcile = may_reconcile
         self.api = api
@@ -368,17 +263,42 @@ class ControllerRunner:
         self.queue: WorkQueue[Key] = WorkQueue(
             self.name, failure_backoff=Backoff(base=controller.on_error,
                                                cap=controller.max_backoff))
-        self.own_writes = OwnWrites(self._enqueue_owners)
-        # Its own finalizer writes to the primary objects, whose echoes are skipped alike.
+        self.objects = objects if objects is not None else Objects(
+            api, informers, field_manager=field_manager)
+        self.own_writes = OwnWrites(self._enqueue_owners) if controller.skip_own_echoes \
+            else None
+        # Its own finalizer writes to the primary objects: the reconcile that follows
+        # sees the object as written, so their echoes are skipped.
         self.own_primary_writes = OwnWrites(self._enqueue_primary)
         self.context = Context(api, field_manager=field_manager, recorder=recorder,
-                               controller=self.name, own_writes=self.own_writes)
+                               controller=self.name, objects=self.objects,
+                               own_writes=self.own_writes)
         kind = controller.resource
-        self.primary: Informer = informer_for(_resource_of(kind), controller)
-        self.owned: list[Informer] = []
-        for owned in controller.owned_kinds():
-            resource = api.resource_for(owned.api_version, owned.kind)
-            self.owned.append(informer_for(resource, controller, owned=True))
+        namespace = controller.namespace
+        self.primary: Informer = informers.informer(
+            resource_of(kind), namespace=namespace, label_selector=controller.label_selector,
+            field_selector=controller.field_selector)
+        self._primary_filters = tuple(controller.filters if controller.filters is not None
+                                      else (spec_changed,))
+        # (informer, handler) for each owned and watched kind
+        self._sources: list[tuple[Informer, Callable[[WatchEvent], None]]] = []
+        for owned in controller.owned():
+            informer = informers.informer(self._resource(owned.kind, "owns"),
+                                          namespace=namespace,
+                                          metadata_only=owned.metadata_only)
+            self._sources.append((informer, self._owned_handler(tuple(owned.filters))))
+        for watch in controller.watches:
+            informer = informers.informer(self._resource(watch.kind, "watches"),
+                                          namespace=namespace,
+                                          label_selector=watch.label_selector,
+                                          metadata_only=watch.metadata_only)
+            self._sources.append((informer, self._watched_handler(watch)))
+        self.owned: list[Informer] = [informer for informer, _ in self._sources]
+        for name, index in controller.indexes.items():
+            resource = self._resource(index.kind, "indexes")
+            for informer in [self.primary, *self.owned]:
+                if informer.resource == resource:
+                    informer.store.add_index(name, _index_function(index, api))
         self._workers: list[threading.Thread] = []
         # key -> (monotonic start, its worker), for the watchdog
         self._running: dict[Key, tuple[float, threading.Thread]] = {}
@@ -397,7 +317,25 @@ class ControllerRunner:
         self._in_flight = metrics.IN_FLIGHT.labels(self.name)
         self._stuck = metrics.STUCK.labels(self.name)
 
+    def _resource(self, kind: KindSpec, where: str) -> Resource:
+        try:
+            return self.objects.resource(kind)
+        except LookupError as err:
+            raise LookupError(f"controller {self.name}: {where}: {err}") from None
+
     # -- events → keys -------------------------------------------------------------------
+
+    def _passes(self, filters: Sequence[Filter], event: WatchEvent, source: str) -> bool:
+        """Whether `event` passes every filter; a filter that raises drops it (logged)."""
+        for f in filters:
+            try:
+                if not f(event):
+                    return False
+            except Exception:
+                log.exception("%s: filter %s on %s failed for %s: that event is dropped",
+                              self.name, _name(f), source, _describe_object(event.object))
+                return False
+        return True
 
     def on_primary(self, event: WatchEvent) -> None:
         if event.type != "DELETED" and self.own_primary_writes.take(event):
@@ -405,15 +343,21 @@ class ControllerRunner:
         self._enqueue_primary(event)
 
     def _enqueue_primary(self, event: WatchEvent) -> None:
-        if event.type == "DELETED" or meaningful_change(event):
+        # Deletion always passes: the finalizer must run, and a gone key be forgotten.
+        if deletion_started(event) or self._passes(self._primary_filters, event,
+                                                   str(self.primary.resource)):
             meta = event.object["metadata"]
             self.enqueue((meta.get("namespace") or "", meta["name"]))
 
-    def on_owned(self, event: WatchEvent) -> None:
-        if event.type != "DELETED" and self.own_writes.take(event):
-            return  # our own apply coming back (the reconcile that made it is up to date),
-            # or held until our apply to the same name returns
-        self._enqueue_owners(event)
+    def _owned_handler(self, filters: tuple[Filter, ...]) -> Callable[[WatchEvent], None]:
+        def on_owned(event: WatchEvent) -> None:
+            own_writes = self.own_writes
+            if event.type != "DELETED" and own_writes is not None and own_writes.take(event):
+                return  # our own apply coming back (skip_own_echoes), or held until our
+                # apply to the same name returns
+            if event.type == "DELETED" or self._passes(filters, event, event.object["kind"]):
+                self._enqueue_owners(event)
+        return on_owned
 
     def _enqueue_owners(self, event: WatchEvent) -> None:
         for obj in (event.object, event.old):
@@ -426,6 +370,54 @@ class ControllerRunner:
                     namespace = meta.get("namespace") or "" if self._namespaced else ""
                     self.enqueue((namespace, ref["name"]))
 
+    def _watched_handler(self, watch: Watch) -> Callable[[WatchEvent], None]:
+        spec = Kind.of(watch.kind)
+        filters = tuple(watch.filters)
+
+        def on_watched(event: WatchEvent) -> None:
+            if event.type != "DELETED" and not self._passes(filters, event, str(spec)):
+                return
+            keys: set[Key] = set()
+            for obj in (event.object, event.old):  # before and after: both may matter
+                if obj is None:
+                    continue
+                try:
+                    decoded = obj if watch.metadata_only else decode(spec, obj,
+                                                                     self.api.client)
+                    mapped = list(watch.mapper(decoded, self.objects))
+                except Exception:
+                    log.exception("%s: mapper %s failed for %s %s: that event is dropped",
+                                  self.name, _name(watch.mapper), spec,
+                                  _describe_object(obj))
+                    continue
+                namespace = obj.get("metadata", {}).get("namespace") or ""
+                keys.update(self._keys(mapped, namespace, watch))
+            for key in sorted(keys):
+                self.enqueue(key)
+        return on_watched
+
+    def _keys(self, mapped: Iterable[Any], namespace: str, watch: Watch) -> list[Key]:
+        """Primary keys from what a mapper returned (names, keys or objects)."""
+        keys: list[Key] = []
+        for item in mapped:
+            if isinstance(item, str):
+                key = (namespace if self._namespaced else "", item)
+            elif isinstance(item, tuple) and len(item) == 2:
+                key = (str(item[0] or ""), str(item[1]))
+            elif isinstance(item, CustomResource):
+                key = (item.namespace or "", item.name)
+            elif isinstance(item, Mapping):
+                meta = item.get("metadata", {})
+                key = (meta.get("namespace") or "", str(meta.get("name")))
+            elif getattr(item, "metadata", None) is not None:
+                key = (item.metadata.namespace or "", str(item.metadata.name))
+            else:
+                log.error("%s: mapper %s returned %r: return names, (namespace, name) "
+                          "keys or objects", self.name, _name(watch.mapper), item)
+                continue
+            keys.append(key if self._namespaced else ("", key[1]))
+        return keys
+
     def enqueue(self, key: Key, delay: float = 0.0) -> None:
         self.queue.add(key, delay)
         self._depth.set(len(self.queue))
@@ -434,8 +426,8 @@ class ControllerRunner:
 
     def start(self) -> None:
         self.primary.add_handler(self.on_primary)
-        for informer in self.owned:
-            informer.add_handler(self.on_owned)
+        for informer, handler in self._sources:
+            informer.add_handler(handler)
         for i in range(self.controller.max_concurrent_reconciles):
             self._start_worker(f"reconcile-{self.name}-{i}")
         watchdog = threading.Thread(target=self._watch_stuck, name=f"watchdog-{self.name}",
@@ -503,6 +495,11 @@ class ControllerRunner:
         return idle
 
     def _work(self) -> None:
+        # As controller-runtime does: no reconcile before every cache has listed, or
+        # ctx.owned would miss children that exist and a reconcile make them again.
+        while not self.synced():
+            if self.stop.wait(0.05):
+                return
         while True:
             key = self.queue.get()
             if key is None:
@@ -595,7 +592,7 @@ class ControllerRunner:
         again under the same name is a different one (new uid): its own watch event
         brings it here."""
         try:
-            current = self.api.request("GET", _resource_of(type(obj)).path(obj.namespace,
+            current = self.api.request("GET", resource_of(type(obj)).path(obj.namespace,
                                                                            obj.name))
         except ApiException as err:
             return bool(err.status == 404)
@@ -608,19 +605,19 @@ class ControllerRunner:
         if finalizer is None:
             if obj.deletion_timestamp:
                 return None  # being deleted by others' finalizers: nothing to make
-            return self.controller.reconcile(obj, self.context)
+            return self.controller.reconcile(obj, self.context.for_object(obj))
         if obj.deletion_timestamp:
             if finalizer in obj.finalizers:
-                self.controller.cleanup(obj, self.context)
+                self.controller.cleanup(obj, self.context.for_object(obj))
                 self._set_finalizers(obj, [f for f in obj.finalizers if f != finalizer])
             return None
         if finalizer not in obj.finalizers:
             obj = self._set_finalizers(obj, [*obj.finalizers, finalizer])
-        return self.controller.reconcile(obj, self.context)
+        return self.controller.reconcile(obj, self.context.for_object(obj))
 
     def _set_finalizers(self, obj: CustomResource, finalizers: list[str]) -> CustomResource:
         """Write the finalizer list only if the object is still the version we read."""
-        resource = _resource_of(type(obj))
+        resource = resource_of(type(obj))
         try:
             updated = self.own_primary_writes.write(
                 obj.namespace or "", obj.name, lambda: self.api.request(
@@ -644,3 +641,28 @@ class _Conflict(Exception):
 def _describe(key: Key) -> str:
     namespace, name = key
     return f"{namespace}/{name}" if namespace else name
+
+
+def _describe_object(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata", {})
+    return _describe((meta.get("namespace") or "", str(meta.get("name"))))
+
+
+def _name(function: Callable[..., Any]) -> str:
+    return str(getattr(function, "__qualname__", None) or repr(function))
+
+
+def _index_function(index: Index, api: Api) -> Callable[[dict[str, Any]], list[str]]:
+    """`index`'s function over the cache's dicts: decodes each like a read of its kind."""
+    spec = Kind.of(index.kind)
+
+    def values(raw: dict[str, Any]) -> list[str]:
+        found = index.function(decode(spec, raw, api.client))
+        if found is None:
+            return []
+        if isinstance(found, str):
+            return [found]
+        return [str(value) for value in found]
+
+    values.__qualname__ = _name(index.function)
+    return values

@@ -1,8 +1,10 @@
 """The Operator: runs controllers (under a Lease, when asked), serves probes, stops cleanly.
 
 `Operator(name, controllers)` owns one API connection, one informer per watched kind
-(controllers that watch the same kind with the same selectors share its cache), one
-runner per controller, and the stop event every thread watches. `run()` blocks until
+(controllers that watch the same kind with the same selectors share its cache, which
+``ctx.get``/``ctx.list`` read too), one runner per controller, and the stop event every
+thread watches. `start()` first checks that the API server serves every kind the
+controllers own, watch or index, and says which one it does not. `run()` blocks until
 SIGTERM or SIGINT, then stops: watches close, workers take no new keys, reconciles in
 flight finish (bounded by ``shutdown_timeout``), threads are joined.
 
@@ -25,12 +27,15 @@ from typing import TYPE_CHECKING, Any
 from kubernetes import client
 
 from operator_kit import leader
-from operator_kit.client import Api, Resource, api_client, current_namespace
+from operator_kit.client import Api, api_client, current_namespace
 from operator_kit.controller import Controller, ControllerRunner
 from operator_kit.events import EventRecorder
+from operator_kit.kinds import Kind
 from operator_kit.leader import LeaderElection, LeaderElector
+from operator_kit.objects import Objects
 from operator_kit.rbac import Rule, merge_rules
-from operator_kit.watching import Informer
+from operator_kit.resources import CustomResource
+from operator_kit.watching import Informers
 
 if TYPE_CHECKING:
     from operator_kit.webhooks import Registration, Webhooks
@@ -67,7 +72,7 @@ class Operator:
         self.watch_stall_timeout = watch_stall_timeout
         self.stopping = threading.Event()
         self._api: Api | None = None
-        self._informers: dict[tuple[str, str | None, str | None, str | None], Informer] = {}
+        self._informers: Informers | None = None
         self._runners: list[ControllerRunner] = []
         self._started = False
         self._lock = threading.Lock()
@@ -84,6 +89,21 @@ class Operator:
             raise ValueError(f"two controllers named {controller.name!r}; give one a `name`")
         self.controllers.append(controller)
         return controller
+
+    def custom_kinds(self) -> list[type[CustomResource]]:
+        """The storage version of every custom kind the operator watches or serves, once
+        each (the CRDs its manifests hold)."""
+        seen: dict[str, type[CustomResource]] = {}
+        candidates = [c.resource for c in self.controllers]
+        candidates += [r.kind for r in self.webhook_registrations() if r.kind is not None]
+        for controller in self.controllers:
+            for kind in (*controller.owned_kinds(), *controller.watched_kinds()):
+                if kind.custom_resource is not None:
+                    candidates.append(kind.custom_resource)
+        for candidate in candidates:
+            storage = candidate.storage_version()
+            seen.setdefault(f"{storage.plural}.{storage.group}", storage)
+        return [seen[name] for name in sorted(seen)]
 
     def rules(self) -> list[Rule]:
         """Every RBAC rule this operator needs, merged per API group and resource."""
@@ -111,7 +131,7 @@ class Operator:
         if self._api is None:
             # One connection per worker and per watch, and a few for everything else.
             workers = sum(c.max_concurrent_reconciles for c in self.controllers)
-            watches = sum(1 + len(c.owns) for c in self.controllers)
+            watches = sum(1 + len(c.owns) + len(c.watches) for c in self.controllers)
             pool = max(8, workers + watches + 4)
             self._api = Api(api_client(self.kubeconfig, pool_size=pool))
         return self._api
@@ -176,9 +196,7 @@ class Operator:
         types = {r.type for r in self.webhook_registrations()}
         crds: list[str] = []
         if "convert" in types:
-            from operator_kit.manifests._deploy import kinds_of
-
-            crds = sorted(f"{k.plural}.{k.group}" for k in kinds_of(self)
+            crds = sorted(f"{k.plural}.{k.group}" for k in self.custom_kinds()
                           if len(k.versions()) > 1)
         return ([self.name] if "validate" in types else [],
                 [self.name] if "mutate" in types else [], crds)
@@ -221,6 +239,7 @@ class Operator:
         """Start the controllers — at once, or once this replica holds the Lease."""
         if not self.controllers:
             raise RuntimeError(f"operator {self.name} has no controllers to run")
+        self.check_kinds()
         if self.leader_election is None:
             self._start_controllers()
             return
@@ -236,12 +255,26 @@ class Operator:
                  self._elector.namespace, self._elector.lease_name, self._elector.identity)
         self._elector_thread = self._elector.start(self._elector_stop)
 
+    def check_kinds(self) -> None:
+        """Raise a LookupError naming the controller and the kind when the API server
+        does not serve a kind some controller owns, watches or indexes."""
+        objects = Objects(self.api)
+        for controller in self.controllers:
+            declared = [("owns", k) for k in controller.owned_kinds()]
+            declared += [("watches", k) for k in controller.watched_kinds()]
+            declared += [("indexes", Kind.of(i.kind)) for i in controller.indexes.values()]
+            for where, kind in declared:
+                try:
+                    objects.resource(kind)
+                except LookupError as err:
+                    raise LookupError(f"controller {controller.name}: {where}: {err}") from None
+
     def _lost_lease(self) -> None:
         """Fencing: a leader that could not renew in time stops at once and exits."""
         self.lost_lease = True
         self.stopping.set()
-        for informer in self._informers.values():
-            informer.interrupt()
+        if self._informers is not None:
+            self._informers.interrupt()
         if self.exit_on_lost_lease:
             log.critical("operator %s lost its lease: exiting now so no reconcile can run "
                          "after another replica takes over", self.name)
@@ -255,30 +288,27 @@ class Operator:
                 return
             may_reconcile = self._elector.may_reconcile if self._elector else _always
             recorder = EventRecorder(self.api, self.name)
+            informers = self.informers
+            objects = Objects(self.api, informers, field_manager=self.name)
             for controller in self.controllers:
                 self._runners.append(ControllerRunner(
                     controller, self.api, field_manager=self.name, recorder=recorder,
-                    stop=self.stopping, informer_for=self._informer_for,
+                    stop=self.stopping, informers=informers, objects=objects,
                     may_reconcile=may_reconcile))
-            for informer in self._informers.values():
-                informer.start()
+            informers.start()
             for runner in self._runners:
                 runner.start()
             self._started = True
         log.info("operator %s started %d controller(s): %s", self.name, len(self._runners),
                  ", ".join(r.name for r in self._runners))
 
-    def _informer_for(self, resource: Resource, controller: Controller[Any],
-                      owned: bool = False) -> Informer:
-        labels = None if owned else controller.label_selector
-        fields = None if owned else controller.field_selector
-        key = (str(resource), controller.namespace, labels, fields)
-        if key not in self._informers:
-            self._informers[key] = Informer(
-                self.api, resource, stop=self.stopping, namespace=controller.namespace,
-                label_selector=labels, field_selector=fields,
-                stall_timeout=self.watch_stall_timeout)
-        return self._informers[key]
+    @property
+    def informers(self) -> Informers:
+        """The operator's informers: the caches its controllers (and reads) share."""
+        if self._informers is None:
+            self._informers = Informers(self.api, self.stopping,
+                                        stall_timeout=self.watch_stall_timeout)
+        return self._informers
 
     def wait_synced(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -294,14 +324,14 @@ class Operator:
         True when every in-flight reconcile finished within the bound."""
         bound = self.shutdown_timeout if timeout is None else timeout
         self.stopping.set()
-        for informer in self._informers.values():
-            informer.interrupt()
+        if self._informers is not None:
+            self._informers.interrupt()
         deadline = time.monotonic() + bound
         clean = True
         for runner in self._runners:
             clean &= runner.shut_down(max(0.0, deadline - time.monotonic()))
-        for informer in self._informers.values():
-            informer.join(max(0.1, deadline - time.monotonic()))
+        if self._informers is not None:
+            self._informers.join(deadline)
         if not clean:
             log.warning("operator %s: reconciles still running after %.0fs; exiting anyway",
                         self.name, bound)

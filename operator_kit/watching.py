@@ -16,8 +16,12 @@ An `Informer` runs one thread per watched kind (and namespace and selectors):
    reopened. A 403 or 404 is logged naming the verb and resource — missing RBAC or a
    missing CRD — and retried; the watch never silently stops.
 
-Handlers run on the watch thread and must be quick (they enqueue keys). Cached objects
-drop ``metadata.managedFields``, which operators rarely read and which dominate memory.
+Handlers run on the watch thread and must be quick (they enqueue keys). The cache is a
+`operator_kit.cache.Store`: objects by key and by index, without
+``metadata.managedFields``, which operators rarely read and which dominate memory. With
+``metadata_only`` the informer asks the API server for metadata alone
+(``PartialObjectMetadata``): for kinds whose spec and status a controller never reads,
+that is all that is transferred and kept.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import json
 import logging
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -34,19 +39,16 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from operator_kit import metrics
+from operator_kit.cache import Key, Store, key_of
 from operator_kit.client import Api, Resource
 from operator_kit.queueing import Backoff
 
 log = logging.getLogger("operator_kit.watching")
 
-Key = tuple[str, str]
-"""(namespace or "", name): how a cached object and a work-queue item are named."""
+__all__ = ["Informer", "Informers", "Key", "WatchEvent", "key_of"]
 
-
-def key_of(obj: dict[str, Any]) -> Key:
-    meta = obj.get("metadata", {})
-    return (meta.get("namespace") or "", meta["name"])
-
+_METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+_METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 
 @dataclass(frozen=True)
 class WatchEvent:
@@ -87,6 +89,7 @@ class Informer:
         watch_timeout: float = 300.0,
         stall_timeout: float = 90.0,
         backoff: Backoff = RECONNECT_BACKOFF,
+        metadata_only: bool = False,
     ) -> None:
         self.api = api
         self.resource = resource
@@ -97,36 +100,46 @@ class Informer:
         self.watch_timeout = watch_timeout
         self.stall_timeout = stall_timeout
         self.backoff = backoff
+        self.metadata_only = metadata_only
         self.synced = threading.Event()
         self._stop = stop
         self._handlers: list[Handler] = []
-        self._cache: dict[Key, dict[str, Any]] = {}
-        self._lock = threading.Lock()
+        where = f" in {namespace}" if namespace else ""
+        selectors = ", ".join(f"{name} {value}" for name, value in (
+            ("labels", label_selector), ("fields", field_selector)) if value)
+        self.description = (f"{resource}{where}" + (f" ({selectors})" if selectors else "")
+                            + (" (metadata only)" if metadata_only else ""))
+        self.store = Store(self.description)
+        # Held while the store changes and its handlers run, so a handler added meanwhile
+        # sees each object exactly once (as cached, or as an event).
+        self._lock = threading.RLock()
         self._response: Any = None
         self._thread: threading.Thread | None = None
-        where = f" in {namespace}" if namespace else ""
-        self.description = f"{resource}{where}"
         self._gauge = metrics.CACHE_OBJECTS.labels(str(resource))
 
     # -- reading the cache ---------------------------------------------------------------
 
     def get(self, key: Key) -> dict[str, Any] | None:
-        with self._lock:
-            return self._cache.get(key)
+        return self.store.get(key)
 
     def objects(self) -> list[dict[str, Any]]:
-        with self._lock:
-            return list(self._cache.values())
+        return self.store.objects()
 
     def __len__(self) -> int:
-        with self._lock:
-            return len(self._cache)
+        return len(self.store)
+
+    def covers(self, namespace: str | None) -> bool:
+        """Whether this cache holds every object of its kind in `namespace` (None: in
+        every namespace): it watches there, with no selector and in full."""
+        if self.label_selector or self.field_selector or self.metadata_only:
+            return False
+        return self.namespace is None or self.namespace == namespace
 
     def add_handler(self, handler: Handler) -> None:
         """Call `handler` for every change; it also gets ADDED for what is cached already."""
         with self._lock:
             self._handlers.append(handler)
-            existing = list(self._cache.values())
+            existing = self.store.objects()
         for obj in existing:
             handler(WatchEvent("ADDED", obj))
 
@@ -198,34 +211,32 @@ class Informer:
             try:
                 page = self.api.request("GET", path, query={
                     **self._query(), "limit": self.page_size, "continue": token,
-                }, timeout=(10.0, 60.0))
+                }, timeout=(10.0, 60.0), accept=_METADATA_LIST if self.metadata_only else None)
             except ApiException as err:
                 if err.status == 410 and token:  # the continue token expired: start over
                     items, token = {}, None
                     continue
                 raise
             for obj in page.get("items", []):
-                obj.setdefault("apiVersion", self.resource.api_version)
-                obj.setdefault("kind", self.resource.kind)
-                _strip(obj)
+                self._normalize(obj)
                 items[key_of(obj)] = obj
             token = page.get("metadata", {}).get("continue") or None
             if not token:
                 version = str(page["metadata"]["resourceVersion"])
                 break
         with self._lock:
-            old, self._cache = self._cache, items
-            handlers = list(self._handlers)
-        self._gauge.set(len(items))
-        events = [WatchEvent("DELETED", obj) for key, obj in old.items() if key not in items]
-        for key, obj in items.items():
-            before = old.get(key)
-            if before is None:
-                events.append(WatchEvent("ADDED", obj))
-            elif _rv(before) != _rv(obj):
-                events.append(WatchEvent("MODIFIED", obj, before))
-        for event in events:
-            self._dispatch(handlers, event)
+            old = self.store.replace(items)
+            self._gauge.set(len(items))
+            events = [WatchEvent("DELETED", obj) for key, obj in old.items()
+                      if key not in items]
+            for key, obj in items.items():
+                before = old.get(key)
+                if before is None:
+                    events.append(WatchEvent("ADDED", obj))
+                elif _rv(before) != _rv(obj):
+                    events.append(WatchEvent("MODIFIED", obj, before))
+            for event in events:
+                self._dispatch(event)
         log.debug("listed %d %s at resourceVersion %s", len(items), self.description, version)
         return version
 
@@ -236,6 +247,7 @@ class Informer:
             query={**self._query(), "watch": True, "resourceVersion": resource_version,
                    "allowWatchBookmarks": True, "timeoutSeconds": int(self.watch_timeout)},
             timeout=(10.0, self.stall_timeout), stream=True,
+            accept=_METADATA if self.metadata_only else None,
         )
         self._response = response
         if self._stop.is_set():  # stopped while connecting: interrupt() may have missed it
@@ -253,9 +265,7 @@ class Informer:
                 resource_version = _rv(obj) or resource_version
                 if kind == "BOOKMARK":
                     continue
-                obj.setdefault("apiVersion", self.resource.api_version)
-                obj.setdefault("kind", self.resource.kind)
-                _strip(obj)
+                self._normalize(obj)
                 self._apply(str(kind), obj)
         except urllib3.exceptions.ReadTimeoutError as err:
             raise _Stalled(f"no data for {self.stall_timeout:.0f}s") from err
@@ -267,23 +277,26 @@ class Informer:
             response.release_conn()
         return resource_version
 
-    def _apply(self, kind: str, obj: dict[str, Any]) -> None:
-        key = key_of(obj)
-        with self._lock:
-            old = self._cache.get(key)
-            if kind == "DELETED":
-                self._cache.pop(key, None)
-            else:
-                self._cache[key] = obj
-            handlers = list(self._handlers)
-            size = len(self._cache)
-        self._gauge.set(size)
-        if kind == "ADDED" and old is not None:
-            kind = "MODIFIED"
-        self._dispatch(handlers, WatchEvent(kind, obj, old))
+    def _normalize(self, obj: dict[str, Any]) -> None:
+        # List items carry no apiVersion and kind; metadata-only ones carry
+        # PartialObjectMetadata's. Either way, name the kind watched.
+        obj["apiVersion"] = self.resource.api_version
+        obj["kind"] = self.resource.kind
+        obj.get("metadata", {}).pop("managedFields", None)
 
-    def _dispatch(self, handlers: list[Handler], event: WatchEvent) -> None:
-        for handler in handlers:
+    def _apply(self, kind: str, obj: dict[str, Any]) -> None:
+        with self._lock:
+            if kind == "DELETED":
+                old = self.store.remove(key_of(obj))
+            else:
+                old = self.store.put(obj)
+            self._gauge.set(len(self.store))
+            if kind == "ADDED" and old is not None:
+                kind = "MODIFIED"
+            self._dispatch(WatchEvent(kind, obj, old))
+
+    def _dispatch(self, event: WatchEvent) -> None:
+        for handler in self._handlers:
             try:
                 handler(event)
             except Exception:  # a handler bug must not kill the watch
@@ -308,10 +321,6 @@ class Informer:
 def _rv(obj: dict[str, Any]) -> str | None:
     value = obj.get("metadata", {}).get("resourceVersion")
     return str(value) if value is not None else None
-
-
-def _strip(obj: dict[str, Any]) -> None:
-    obj.get("metadata", {}).pop("managedFields", None)
 
 
 def _retry_after(err: ApiException) -> float | None:
@@ -354,3 +363,75 @@ def _abort(response: Any) -> None:
         response.close()
     except Exception:  # noqa: BLE001 - best effort on shutdown
         pass
+
+
+InformerKey = tuple[Resource, str | None, str | None, str | None, bool]
+"""(resource, namespace, label selector, field selector, metadata only)."""
+
+
+class Informers:
+    """An operator's informers, one per resource and way of watching it, shared by every
+    controller (and read) that asks for the same; the cache reads are served from."""
+
+    def __init__(self, api: Api, stop: threading.Event, *, stall_timeout: float = 90.0) -> None:
+        self.api = api
+        self._stop = stop
+        self._stall_timeout = stall_timeout
+        self._informers: dict[InformerKey, Informer] = {}
+        self._lock = threading.Lock()
+        self._started = False
+
+    def informer(self, resource: Resource, *, namespace: str | None = None,
+                 label_selector: str | None = None, field_selector: str | None = None,
+                 metadata_only: bool = False) -> Informer:
+        """The informer watching `resource` this way, made on first use (and started,
+        if the others already run)."""
+        key = (resource, namespace, label_selector, field_selector, metadata_only)
+        with self._lock:
+            informer = self._informers.get(key)
+            if informer is None:
+                informer = self._informers[key] = Informer(
+                    self.api, resource, stop=self._stop, namespace=namespace,
+                    label_selector=label_selector, field_selector=field_selector,
+                    stall_timeout=self._stall_timeout, metadata_only=metadata_only)
+                if self._started:
+                    informer.start()
+        return informer
+
+    def covering(self, resource: Resource, namespace: str | None) -> Informer | None:
+        """A synced informer that holds every object of `resource` in `namespace` (None:
+        all namespaces), in full — the cache a read may be served from — or None."""
+        for informer in self.of(resource):
+            if informer.covers(namespace) and informer.synced.is_set():
+                return informer
+        return None
+
+    def of(self, resource: Resource) -> list[Informer]:
+        """Every informer of `resource`: full ones before metadata-only ones."""
+        with self._lock:
+            found = [i for key, i in self._informers.items() if key[0] == resource]
+        return sorted(found, key=lambda i: i.metadata_only)
+
+    def values(self) -> list[Informer]:
+        with self._lock:
+            return list(self._informers.values())
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._informers)
+
+    def start(self) -> None:
+        with self._lock:
+            self._started = True
+            informers = list(self._informers.values())
+        for informer in informers:
+            informer.start()
+
+    def interrupt(self) -> None:
+        for informer in self.values():
+            informer.interrupt()
+
+    def join(self, deadline: float) -> None:
+        """Join each informer's thread, until the monotonic `deadline` at the latest."""
+        for informer in self.values():
+            informer.join(max(0.1, deadline - time.monotonic()))

@@ -34,16 +34,7 @@ GUNICORN_ARGS = ("-c", "python:operator_kit.gunicorn_conf", "operator_kit.webhoo
 
 def kinds_of(operator: Operator) -> list[type[CustomResource]]:
     """The storage version of every custom kind the operator watches or serves, once each."""
-    seen: dict[str, type[CustomResource]] = {}
-    candidates = [c.resource for c in operator.controllers]
-    candidates += [r.kind for r in operator.webhook_registrations() if r.kind is not None]
-    for owned in (k for c in operator.controllers for k in c.owns):
-        if isinstance(owned, type) and issubclass(owned, CustomResource):
-            candidates.append(owned)
-    for kind in candidates:
-        storage = kind.storage_version()
-        seen.setdefault(f"{storage.plural}.{storage.group}", storage)
-    return [seen[name] for name in sorted(seen)]
+    return operator.custom_kinds()
 
 
 def operator_manifests(operator: Operator, *, app: str, namespace: str, image: str,

@@ -151,9 +151,9 @@ def test_missing_rbac_on_the_watch_is_logged_and_retried(
                                    and "list and watch" in r.message for r in caplog.records))
         print(f"\nmissing RBAC: logged {time.monotonic() - started:.1f}s after the start")
         assert not operator.ready(), "an operator that cannot watch is not ready"
-        assert operator._informers, "and it keeps trying"
+        assert operator.informers.values(), "and it keeps trying"
         assert all(i._thread is not None and i._thread.is_alive()
-                   for i in operator._informers.values())
+                   for i in operator.informers.values())
     finally:
         operator.stop(timeout=10)
 

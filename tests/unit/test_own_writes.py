@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from operator_kit.controller import OwnWrites
+from operator_kit.own_writes import OwnWrites
 from operator_kit.watching import WatchEvent
 
 

@@ -1,0 +1,263 @@
+"""The cache: what the informers have seen, kept by key and by index, for reads.
+
+Each `Informer` (watching.py) fills one `Store`. A store holds the latest version of
+every object the watch has seen, without ``metadata.managedFields`` (operators rarely
+read them, and they are often most of an object's size), and keeps *indexes* current as
+objects come and go:
+
+- ``namespace``: the objects of one namespace, so a namespaced list costs its result,
+  not the whole cache;
+- `OWNER` (``controller-owner``): the uid of the object's controller ownerReference,
+  so ``ctx.owned(backup, Job)`` finds a Backup's Jobs at once (controller-runtime users
+  add this index by hand; here every store has it);
+- any named function a controller declares (`operator_kit.Index`): ``ctx.list(kind,
+  index=(name, value))`` returns the objects whose function returned `value`.
+
+An index function that raises is logged with the object's key and the function's name;
+that object is left out of that index only, and everything else goes on.
+
+Reads return the stored dicts themselves, not copies: treat them as read-only (the
+decoding in `operator_kit.objects` copies before it hands out typed objects).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger("operator_kit.cache")
+
+Key = tuple[str, str]
+"""(namespace or "", name): how a cached object and a work-queue item are named."""
+
+IndexFunction = Callable[[dict[str, Any]], Iterable[str]]
+"""Maps a cached object (the API's dict) to the index values it is found under."""
+
+_Dicts = list[dict[str, Any]]
+_Names = list[str]
+# (aliases: inside Store, `list` is the method)
+
+NAMESPACE = "namespace"
+OWNER = "controller-owner"
+
+
+def key_of(obj: Mapping[str, Any]) -> Key:
+    meta = obj.get("metadata", {})
+    return (meta.get("namespace") or "", meta["name"])
+
+
+def controller_owner_uid(obj: Mapping[str, Any]) -> list[str]:
+    """The uid of `obj`'s controller ownerReference (at most one), for the `OWNER` index."""
+    for ref in obj.get("metadata", {}).get("ownerReferences") or ():
+        if ref.get("controller") and ref.get("uid"):
+            return [str(ref["uid"])]
+    return []
+
+
+def _namespace(obj: Mapping[str, Any]) -> list[str]:
+    return [obj.get("metadata", {}).get("namespace") or ""]
+
+
+class Store:
+    """Objects by key, with indexes kept current; safe to read from any thread."""
+
+    def __init__(self, description: str = "") -> None:
+        self.description = description
+        self._objects: dict[Key, dict[str, Any]] = {}
+        self._functions: dict[str, IndexFunction] = {}
+        # index name -> value -> keys; and key -> the values it is filed under
+        self._indexes: dict[str, dict[str, set[Key]]] = {}
+        self._filed: dict[str, dict[Key, tuple[str, ...]]] = {}
+        self._lock = threading.Lock()
+        self.add_index(NAMESPACE, _namespace)
+        self.add_index(OWNER, controller_owner_uid)
+
+    # -- indexes ---------------------------------------------------------------------------
+
+    def add_index(self, name: str, function: IndexFunction) -> None:
+        """Keep index `name` by `function`; indexes what is stored already too."""
+        with self._lock:
+            if name in self._functions and self._functions[name] is not function:
+                raise ValueError(f"{self.description}: two different index functions are "
+                                 f"named {name!r}; give one another name")
+            self._functions[name] = function
+            self._indexes[name] = {}
+            self._filed[name] = {}
+            for key, obj in self._objects.items():
+                self._file(name, key, obj)
+
+    def values_of(self, name: str, obj: dict[str, Any]) -> tuple[str, ...]:
+        """The values index `name` files `obj` under (nothing if its function fails)."""
+        with self._lock:
+            function = self._functions[name]
+        try:
+            return tuple(str(v) for v in function(obj))
+        except Exception:  # noqa: BLE001 - logged where the object is filed
+            return ()
+
+    def indexes(self) -> _Names:
+        with self._lock:
+            return sorted(self._functions)
+
+    def _file(self, name: str, key: Key, obj: dict[str, Any]) -> None:
+        function = self._functions[name]
+        try:
+            values = tuple(dict.fromkeys(str(v) for v in function(obj)))
+        except Exception:
+            log.exception("index %r (%s) failed on %s %s: left out of that index",
+                          name, getattr(function, "__qualname__", function),
+                          self.description, "/".join(filter(None, key)))
+            values = ()
+        if values:
+            self._filed[name][key] = values
+        index = self._indexes[name]
+        for value in values:
+            index.setdefault(value, set()).add(key)
+
+    def _unfile(self, key: Key) -> None:
+        for name, filed in self._filed.items():
+            index = self._indexes[name]
+            for value in filed.pop(key, ()):
+                keys = index.get(value)
+                if keys is not None:
+                    keys.discard(key)
+                    if not keys:
+                        del index[value]
+
+    # -- writes (the informer's) -------------------------------------------------------------
+
+    def replace(self, objects: dict[Key, dict[str, Any]]) -> dict[Key, dict[str, Any]]:
+        """Hold exactly `objects` (a relist); returns what was held before."""
+        with self._lock:
+            old, self._objects = self._objects, objects
+            for name in self._functions:
+                self._indexes[name], self._filed[name] = {}, {}
+                for key, obj in objects.items():
+                    self._file(name, key, obj)
+            return old
+
+    def put(self, obj: dict[str, Any]) -> dict[str, Any] | None:
+        """Store `obj` (added or changed); returns the version it replaced, if any."""
+        key = key_of(obj)
+        with self._lock:
+            old = self._objects.get(key)
+            if old is not None:
+                self._unfile(key)
+            self._objects[key] = obj
+            for name in self._functions:
+                self._file(name, key, obj)
+            return old
+
+    def remove(self, key: Key) -> dict[str, Any] | None:
+        with self._lock:
+            old = self._objects.pop(key, None)
+            if old is not None:
+                self._unfile(key)
+            return old
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def get(self, key: Key) -> dict[str, Any] | None:
+        with self._lock:
+            return self._objects.get(key)
+
+    def list(self, namespace: str | None = None,
+             labels: LabelSelector | None = None) -> _Dicts:
+        """Objects (of one namespace, when given) matching `labels`, ordered by key."""
+        with self._lock:
+            if namespace is None:
+                items = sorted(self._objects.items())
+            else:
+                keys = self._indexes[NAMESPACE].get(namespace, ())
+                items = sorted((key, self._objects[key]) for key in keys)
+        return [obj for _, obj in items if labels is None or labels.matches(obj)]
+
+    def by_index(self, name: str, value: str, namespace: str | None = None,
+                 labels: LabelSelector | None = None) -> _Dicts:
+        """Objects filed under `value` in index `name`, ordered by key."""
+        with self._lock:
+            index = self._indexes.get(name)
+            if index is None:
+                known = ", ".join(sorted(self._functions))
+                raise LookupError(f"{self.description} has no index {name!r} (it has: "
+                                  f"{known}); declare it in the controller's `indexes`")
+            keys = sorted(k for k in index.get(value, ()) if namespace in (None, k[0]))
+            objects = [self._objects[k] for k in keys]
+        return [obj for obj in objects if labels is None or labels.matches(obj)]
+
+    def objects(self) -> _Dicts:
+        with self._lock:
+            return list(self._objects.values())
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._objects)
+
+
+# -- label selectors ---------------------------------------------------------------------
+
+_REQUIREMENT = re.compile(
+    r"\s*(?:(?P<not>!)\s*(?P<absent>[\w./-]+)"
+    r"|(?P<key>[\w./-]+)\s*(?:(?P<op>==|=|!=)\s*(?P<value>[\w.-]*)"
+    r"|\s+(?P<set>in|notin)\s*\((?P<values>[^)]*)\))?)\s*(?:,|$)")
+
+
+@dataclass(frozen=True)
+class LabelSelector:
+    """A label selector, as ``kubectl -l`` writes it, matched against cached objects.
+
+    ``LabelSelector.of({"app": "web"})`` or ``LabelSelector.of("app=web,tier in (a,b)")``;
+    equality (``=``, ``==``, ``!=``), set (``in``, ``notin``) and existence (``k``,
+    ``!k``) requirements, all of which must hold."""
+
+    text: str
+    requirements: tuple[tuple[str, str, frozenset[str]], ...]
+
+    @classmethod
+    def of(cls, labels: Mapping[str, str] | str | LabelSelector) -> LabelSelector:
+        if isinstance(labels, LabelSelector):
+            return labels
+        if isinstance(labels, Mapping):
+            text = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+        else:
+            text = labels
+        requirements: list[tuple[str, str, frozenset[str]]] = []
+        position = 0
+        while position < len(text.strip()) or (position == 0 and text.strip()):
+            match = _REQUIREMENT.match(text, position)
+            if match is None or match.end() == position:
+                raise ValueError(f"label selector {text!r} does not parse at "
+                                 f"{text[position:]!r}: write e.g. 'app=web,tier in (a,b)'")
+            position = match.end()
+            if match["absent"]:
+                requirements.append((match["absent"], "!", frozenset()))
+            elif match["op"]:
+                op = "!=" if match["op"] == "!=" else "="
+                requirements.append((match["key"], op, frozenset([match["value"]])))
+            elif match["set"]:
+                values = frozenset(v.strip() for v in match["values"].split(",") if v.strip())
+                requirements.append((match["key"], match["set"], values))
+            else:
+                requirements.append((match["key"], "exists", frozenset()))
+            if position >= len(text):
+                break
+        return cls(text, tuple(requirements))
+
+    def matches(self, obj: Mapping[str, Any]) -> bool:
+        labels = obj.get("metadata", {}).get("labels") or {}
+        for key, op, values in self.requirements:
+            present = key in labels
+            if (op == "exists" and not present) or (op == "!" and present):
+                return False
+            if op in ("=", "in") and (not present or labels[key] not in values):
+                return False
+            if op in ("!=", "notin") and present and labels[key] in values:
+                return False
+        return True
+
+    def __str__(self) -> str:
+        return self.text

@@ -1,0 +1,167 @@
+"""What a reconcile gets besides its object: reads, writes, status, events, a logger.
+
+Each reconcile gets a `Context` of its own. Its reads (`get`, `list`, `owned`) come from
+the operator's informer caches where it watches the kind, and from the API server
+otherwise (see `operator_kit.objects`); they see this reconcile's own writes at once.
+Its writes (`create`, `apply`, `apply_owned`, `patch`, `patch_status`, `delete`) go to
+the API server, each with a dry-run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping
+from typing import Any, Literal, TypeVar
+
+from kubernetes import client
+
+from operator_kit.client import Api, Resource
+from operator_kit.events import EventRecorder
+from operator_kit.kinds import KindSpec
+from operator_kit.objects import Objects, PatchType, encode
+from operator_kit.own_writes import OwnWrites
+from operator_kit.resources import CustomResource
+
+R = TypeVar("R", bound=CustomResource)
+
+
+_Items = list[Any]
+# (aliases: inside the classes, `list` is the method)
+
+
+class Context:
+    """A reconcile's reads, writes, Events and logger.
+
+    ``ctx.get(kind, name)``, ``ctx.list(kind, ...)`` and ``ctx.owned(obj, kind)`` read;
+    ``ctx.create``, ``ctx.apply``, ``ctx.apply_owned``, ``ctx.patch``, ``ctx.delete``
+    and ``ctx.patch_status`` write; ``ctx.event`` posts an Event; ``ctx.log`` logs.
+    A `kind` is a CustomResource class, a ``"group/version/Kind"`` string or a
+    kubernetes client model class (`operator_kit.kinds`)."""
+
+    def __init__(self, api: Api, *, field_manager: str, recorder: EventRecorder,
+                 controller: str, objects: Objects | None = None,
+                 own_writes: OwnWrites | None = None, namespace: str | None = None) -> None:
+        self.api = api
+        self.client: client.ApiClient = api.client
+        self.field_manager = field_manager
+        self.controller = controller
+        self.namespace = namespace
+        """The namespace of the object being reconciled (reads default to it)."""
+        self.log = logging.getLogger(f"operator_kit.controller.{controller}")
+        self.objects = objects if objects is not None else Objects(
+            api, field_manager=field_manager)
+        self._own_writes = own_writes
+        self._recorder = recorder
+
+    def for_object(self, obj: CustomResource) -> Context:
+        """A context for one reconcile of `obj`: its own read-your-writes journal."""
+        return Context(self.api, field_manager=self.field_manager, recorder=self._recorder,
+                       controller=self.controller, objects=self.objects.session(),
+                       own_writes=self._own_writes, namespace=obj.namespace)
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def get(self, kind: KindSpec, name: str, namespace: str | None = None) -> Any | None:
+        """The object `name` of `kind`, or None if there is none. For a namespaced kind,
+        `namespace` defaults to the reconciled object's. From the cache when the operator
+        watches `kind`, else from the API server."""
+        return self.objects.get(kind, name, namespace or self.namespace)
+
+    def list(self, kind: KindSpec, namespace: str | None = None,
+             labels: Mapping[str, str] | str | None = None,
+             index: tuple[str, str] | None = None) -> _Items:
+        """The objects of `kind` in `namespace` (None: all the operator sees), matching
+        `labels`, filed under ``index=(name, value)``; ordered by namespace and name.
+        From the cache when the operator watches `kind`, else from the API server."""
+        return self.objects.list(kind, namespace, labels, index)
+
+    def owned(self, obj: CustomResource | Mapping[str, Any], kind: KindSpec) -> _Items:
+        """The objects of `kind` (named in ``owns``) whose controller ownerReference is
+        `obj`, from the cache, ordered by name; includes what this reconcile applied."""
+        return self.objects.owned(obj, kind)
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def create(self, obj: Any, *, dry_run: bool = False) -> Any:
+        """Create `obj` (a CustomResource, client model or dict); the result, same form."""
+        return self.objects.create(obj, dry_run=dry_run)
+
+    def apply(self, obj: Any, *, dry_run: bool = False, force: bool = True) -> Any:
+        """Server-side apply `obj` as the operator's field manager; the result."""
+        return self.objects.apply(obj, dry_run=dry_run, force=force)
+
+    def patch(self, kind: KindSpec, name: str, patch: Mapping[str, Any] | _Items,
+              namespace: str | None = None, *, type: PatchType = "merge",
+              dry_run: bool = False) -> Any:
+        """Patch object `name` of `kind` (merge patch by default); the object as it is now."""
+        return self.objects.patch(kind, name, patch, namespace or self.namespace, type=type,
+                                  dry_run=dry_run)
+
+    def delete(self, kind: KindSpec, name: str, namespace: str | None = None, *,
+               dry_run: bool = False,
+               propagation: Literal["Background", "Foreground", "Orphan"] = "Background",
+               ) -> bool:
+        """Delete object `name` of `kind`; False when it was not there."""
+        return self.objects.delete(kind, name, namespace or self.namespace, dry_run=dry_run,
+                                   propagation=propagation)
+
+    def patch_status(self, obj: R, status: Mapping[str, Any] | Any) -> R:
+        """Merge-patch `status` (a dict, or the kind's status dataclass) into the status
+        subresource; returns the object as the API server now has it."""
+        if dataclasses.is_dataclass(status) and not isinstance(status, type):
+            copy = type(obj).from_dict(obj.to_dict())
+            copy.status = status
+            patch = copy.to_dict().get("status", {})
+        elif isinstance(status, Mapping):
+            patch = dict(status)
+        else:
+            raise TypeError("patch_status takes a dict or the kind's status dataclass")
+        updated = self.objects.patch(type(obj), obj.name, {"status": patch}, obj.namespace,
+                                     subresource="status")
+        return updated  # type: ignore[no-any-return]
+
+    def apply_owned(self, owner: CustomResource, child: Any, *,
+                    dry_run: bool = False) -> dict[str, Any]:
+        """Server-side apply `child` with a controller ownerReference to `owner`.
+
+        `child` is a dict, a kubernetes client model, or a CustomResource. The field
+        manager is the operator's name; deleting the owner garbage-collects the child.
+        Returns the applied object as a dict; `owned` in the same reconcile includes it.
+        """
+        _, body = encode(child, self.client)
+        resource = self.objects.resource(f"{body['apiVersion']}/{body['kind']}")
+        meta = dict(body.get("metadata") or {})
+        if resource.namespaced and not meta.get("namespace"):
+            meta["namespace"] = owner.namespace
+        meta["ownerReferences"] = [owner_reference(owner)]
+        body["metadata"] = meta
+
+        def send() -> dict[str, Any]:
+            result: dict[str, Any] = self.objects.apply(body, dry_run=dry_run)
+            return result
+
+        if self._own_writes is None or dry_run:
+            return send()
+        return self._own_writes.write(str(meta.get("namespace") or ""),
+                                      str(meta.get("name") or ""), send)
+
+    def event(self, obj: CustomResource | Mapping[str, Any], warning: bool, reason: str,
+              note: str) -> None:
+        """Post a core Event on `obj` (shown by ``kubectl describe``); repeats aggregate."""
+        body = obj.to_dict() if isinstance(obj, CustomResource) else dict(obj)
+        self._recorder.event(body, warning=warning, reason=reason, note=note)
+
+
+def owner_reference(owner: CustomResource) -> dict[str, Any]:
+    """A controller ownerReference to `owner` (which must have been read from the API)."""
+    if not owner.uid:
+        raise ValueError(f"{owner.kind} {owner.name} has no uid: read it from the API first")
+    return {"apiVersion": owner.api_version(), "kind": owner.kind, "name": owner.name,
+            "uid": owner.uid, "controller": True, "blockOwnerDeletion": True}
+
+
+def resource_of(kind: type[CustomResource]) -> Resource:
+    """The REST endpoint of a CustomResource class, without asking discovery."""
+    group, _, version = kind.api_version().rpartition("/")
+    return Resource(group, version, kind.plural, kind.kind, kind.namespaced)

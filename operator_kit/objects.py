@@ -1,0 +1,346 @@
+"""The read/write client: any kind, by the forms `operator_kit.kinds.Kind.of` accepts.
+
+`Objects` is what ``ctx.get``, ``ctx.list``, ``ctx.owned``, ``ctx.create`` … call.
+
+**Reads** are served from an informer's cache when the operator watches the kind in
+full — it is a controller's primary kind (watched without a label or field selector),
+a kind named in ``owns``, or one named in ``watches`` — and that cache has synced and
+holds the namespace asked for. Every other read goes to the API server. Index lookups
+(``index=(name, value)``) always read the cache the index was declared on.
+
+Reads decode what they return: a `CustomResource` class gives instances of it, a
+kubernetes client model class gives that model, and a ``"group/version/Kind"`` string
+gives the API's dict (a copy: changing it changes nothing in the cache).
+
+**Writes** (create, patch, apply, delete, each with ``dry_run``) always go to the API
+server. Within one reconcile, reads see the reconcile's own writes at once
+(*read-your-writes*): what a write returned stands in for the cached copy until the
+watch brings that version or a newer one.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from operator_kit.cache import OWNER, Key, LabelSelector, key_of
+from operator_kit.client import Api, Resource
+from operator_kit.kinds import Kind, KindSpec
+from operator_kit.resources import CustomResource
+from operator_kit.watching import Informer, Informers
+
+PatchType = Literal["merge", "strategic", "json"]
+_PATCH_CONTENT = {"merge": "application/merge-patch+json",
+                  "strategic": "application/strategic-merge-patch+json",
+                  "json": "application/json-patch+json"}
+
+_GONE: dict[str, Any] = {}
+"""Journal entry of an object this reconcile deleted (compared by identity)."""
+
+
+_Items = list[Any]
+_Dicts = list[dict[str, Any]]
+# (aliases: inside the classes, `list` is the method)
+
+
+class Objects:
+    """Get, list, create, patch, apply and delete objects of any kind; see the module
+    docstring for which reads come from the cache."""
+
+    def __init__(self, api: Api, informers: Informers | None = None, *,
+                 field_manager: str = "operator-kit") -> None:
+        self.api = api
+        self.informers = informers
+        self.field_manager = field_manager
+        # What this session wrote: (resource, key) -> the object the API returned,
+        # or _GONE; `session()` starts an empty one for each reconcile.
+        self._journal: dict[tuple[Resource, Key], dict[str, Any]] = {}
+
+    def session(self) -> Objects:
+        """The same client with a journal of its own (one per reconcile)."""
+        return Objects(self.api, self.informers, field_manager=self.field_manager)
+
+    # -- kinds -----------------------------------------------------------------------------
+
+    def resource(self, kind: KindSpec) -> Resource:
+        """The REST endpoint of `kind` (by discovery, once per kind); a clear LookupError
+        when the API server does not serve it."""
+        spec = Kind.of(kind)
+        try:
+            return self.api.resource_for(spec.api_version, spec.kind)
+        except LookupError as err:
+            raise LookupError(
+                f"{spec}: {err}. Check the group, version and kind (e.g. 'batch/v1/Job', "
+                "'v1/ConfigMap'), that the API server serves that version (kubectl "
+                "api-resources), and for a custom kind that its CRD is installed") from None
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def get(self, kind: KindSpec, name: str, namespace: str | None = None) -> Any | None:
+        """The object `name` (in `namespace`, for namespaced kinds), or None if it does
+        not exist."""
+        spec = Kind.of(kind)
+        resource = self.resource(spec)
+        namespace = namespace if resource.namespaced else None
+        if resource.namespaced and not namespace:
+            raise ValueError(f"get {spec} {name!r}: the kind is namespaced; give a namespace")
+        key: Key = (namespace or "", name)
+        informer = self._cache(resource, namespace)
+        if informer is not None:
+            raw = self._overlay_one(resource, key, informer.get(key))
+        else:
+            try:
+                raw = self.api.request("GET", resource.path(namespace, name))
+            except ApiException as err:
+                if err.status == 404:
+                    return None
+                raise
+        return None if raw is None else decode(spec, raw, self.api.client)
+
+    def list(self, kind: KindSpec, namespace: str | None = None,
+             labels: Mapping[str, str] | str | None = None,
+             index: tuple[str, str] | None = None) -> _Items:
+        """The objects of `kind` (in `namespace`; None: every namespace the operator
+        sees) matching `labels` (a dict, or a selector such as ``"tier in (a,b)"``),
+        and filed under ``index=(name, value)`` when given; ordered by namespace and name."""
+        spec = Kind.of(kind)
+        resource = self.resource(spec)
+        namespace = namespace if resource.namespaced else None
+        selector = LabelSelector.of(labels) if labels is not None else None
+        if index is not None:
+            informer = self._indexed(resource, index[0], spec)
+            found = informer.store.by_index(index[0], str(index[1]), namespace, selector)
+            raws = self._overlay_many(resource, found, informer, namespace, selector, index)
+        else:
+            cache = self._cache(resource, namespace)
+            if cache is not None:
+                found = cache.store.list(namespace, selector)
+                raws = self._overlay_many(resource, found, cache, namespace, selector)
+            else:
+                raws = self._list_from_api(resource, namespace, selector)
+        return [decode(spec, raw, self.api.client) for raw in raws]
+
+    def owned(self, owner: CustomResource | Mapping[str, Any], kind: KindSpec) -> _Items:
+        """The objects of `kind` whose controller ownerReference is `owner`, from the
+        cache of the owned kind, ordered by name."""
+        spec = Kind.of(kind)
+        uid = owner.uid if isinstance(owner, CustomResource) else (
+            owner.get("metadata", {}).get("uid"))
+        if not uid:
+            raise ValueError("owned(): the owner has no uid; pass the object as read from "
+                             "the API (the one reconcile got)")
+        resource = self.resource(spec)
+        informers = self.informers.of(resource) if self.informers is not None else []
+        if not informers:
+            raise LookupError(f"owned(…, {spec}): this operator does not cache {spec}; "
+                              "name it in the controller's `owns`")
+        informer = informers[0]
+        found = informer.store.by_index(OWNER, str(uid))
+        raws = self._overlay_many(resource, found, informer, None, None, (OWNER, str(uid)))
+        if informer.metadata_only:  # Owns(..., metadata_only=True): metadata dicts
+            return [copy.deepcopy(raw) for raw in raws]
+        return [decode(spec, raw, self.api.client) for raw in raws]
+
+    def _list_from_api(self, resource: Resource, namespace: str | None,
+                       selector: LabelSelector | None) -> _Dicts:
+        items: _Dicts = []
+        token: str | None = None
+        while True:
+            page = self.api.request("GET", resource.path(namespace), query={
+                "labelSelector": str(selector) if selector is not None else None,
+                "limit": 500, "continue": token})
+            for item in page.get("items", []):
+                item["apiVersion"], item["kind"] = resource.api_version, resource.kind
+                items.append(item)
+            token = page.get("metadata", {}).get("continue") or None
+            if not token:
+                return sorted(items, key=key_of)
+
+    def _cache(self, resource: Resource, namespace: str | None) -> Informer | None:
+        return self.informers.covering(resource, namespace) if self.informers else None
+
+    def _indexed(self, resource: Resource, name: str, spec: Kind) -> Informer:
+        for informer in self.informers.of(resource) if self.informers else []:
+            if name in informer.store.indexes():
+                return informer
+        raise LookupError(f"{spec} has no index {name!r} in this operator's cache: declare "
+                          f"it in a controller's `indexes` (Index({spec.kind}, function))")
+
+    # -- read-your-writes --------------------------------------------------------------------
+
+    def _overlay_one(self, resource: Resource, key: Key,
+                     cached: dict[str, Any] | None) -> dict[str, Any] | None:
+        written = self._journal.get((resource, key))
+        if written is None:
+            return cached
+        if written is _GONE:
+            return None
+        return cached if cached is not None and _as_new(cached, written) else written
+
+    def _overlay_many(self, resource: Resource, found: _Dicts, informer: Informer,
+                      namespace: str | None, selector: LabelSelector | None,
+                      index: tuple[str, str] | None = None) -> _Dicts:
+        if not self._journal:
+            return found
+        result = {key_of(obj): obj for obj in found}
+        for (written_resource, key), written in self._journal.items():
+            if written_resource != resource:
+                continue
+            current = result.get(key)
+            if written is _GONE:
+                result.pop(key, None)
+                continue
+            if current is not None and _as_new(current, written):
+                continue
+            fits = ((namespace is None or key[0] == namespace)
+                    and (selector is None or selector.matches(written))
+                    and (index is None or index[1] in informer.store.values_of(index[0],
+                                                                               written)))
+            if fits:
+                result[key] = written
+            else:
+                result.pop(key, None)
+        return [result[key] for key in sorted(result)]
+
+    def _record(self, resource: Resource, written: Any) -> None:
+        if isinstance(written, dict) and written.get("kind") == resource.kind:
+            written.get("metadata", {}).pop("managedFields", None)
+            self._journal[(resource, key_of(written))] = written
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def create(self, obj: Any, *, dry_run: bool = False) -> Any:
+        """Create `obj` (a CustomResource, a client model, or a dict with apiVersion and
+        kind); returns what the API server made of it, in the form given."""
+        spec, body = encode(obj, self.api.client)
+        resource = self.resource(spec)
+        meta = body.get("metadata") or {}
+        created = self.api.request("POST", resource.path(meta.get("namespace")), body=body,
+                                   query={"dryRun": "All" if dry_run else None})
+        if not dry_run:
+            self._record(resource, created)
+        return _like(obj, spec, created, self.api.client)
+
+    def apply(self, obj: Any, *, dry_run: bool = False, force: bool = True) -> Any:
+        """Server-side apply `obj` as this operator's field manager; the result, in the
+        form given."""
+        spec, body = encode(obj, self.api.client)
+        resource = self.resource(spec)
+        applied = self.api.apply(body, field_manager=self.field_manager, force=force,
+                                 dry_run=dry_run)
+        if not dry_run:
+            self._record(resource, applied)
+        return _like(obj, spec, applied, self.api.client)
+
+    def patch(self, kind: KindSpec, name: str, patch: Mapping[str, Any] | _Items,
+              namespace: str | None = None, *, type: PatchType = "merge",
+              subresource: str | None = None, dry_run: bool = False) -> Any:
+        """Patch the object `name` (a merge patch by default; ``type="json"`` takes a
+        list of JSON-patch operations); the object as it now is, decoded like a read."""
+        spec = Kind.of(kind)
+        resource = self.resource(spec)
+        if type not in _PATCH_CONTENT:
+            raise ValueError(f"patch type {type!r}: use 'merge', 'strategic' or 'json'")
+        patched = self.api.request(
+            "PATCH", resource.path(namespace if resource.namespaced else None, name,
+                                   subresource),
+            body=patch, content_type=_PATCH_CONTENT[type],
+            query={"dryRun": "All" if dry_run else None})
+        if not dry_run:
+            self._record(resource, patched)
+        return decode(spec, patched, self.api.client)
+
+    def delete(self, kind: KindSpec, name: str, namespace: str | None = None, *,
+               dry_run: bool = False,
+               propagation: Literal["Background", "Foreground", "Orphan"] = "Background",
+               ) -> bool:
+        """Delete the object `name`; False if it did not exist. Its dependents go
+        by `propagation` (the garbage collector's)."""
+        spec = Kind.of(kind)
+        resource = self.resource(spec)
+        path = resource.path(namespace if resource.namespaced else None, name)
+        try:
+            answer: Any = self.api.request(
+                "DELETE", path, body={"propagationPolicy": propagation},
+                query={"dryRun": "All" if dry_run else None})
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        if not dry_run:
+            key: Key = ((namespace or "") if resource.namespaced else "", name)
+            if isinstance(answer, dict) and answer.get("kind") == resource.kind:
+                self._record(resource, answer)  # still there: finalizers hold it
+            else:
+                self._journal[(resource, key)] = _GONE
+        return True
+
+
+# -- decoding and encoding ------------------------------------------------------------------
+
+def decode(spec: Kind, raw: dict[str, Any], api_client: client.ApiClient) -> Any:
+    """`raw` as `spec` asks: a CustomResource instance, a client model, or a dict copy."""
+    custom = spec.custom_resource
+    if custom is not None:
+        return custom.from_dict(raw)
+    if spec.resource is not None:
+        return decode_model(spec.resource, raw, api_client)
+    return copy.deepcopy(raw)
+
+
+def decode_model(model: type, raw: Mapping[str, Any], api_client: client.ApiClient) -> Any:
+    """A kubernetes client model from the API's dict (client 36's models and 37's)."""
+    from_dict = getattr(model, "from_dict", None)
+    if callable(from_dict):  # kubernetes >= 37: pydantic models
+        return from_dict(copy.deepcopy(dict(raw)))
+
+    class _Response:
+        data = json.dumps(raw)
+
+    return api_client.deserialize(_Response(), model.__name__)
+
+
+def encode(obj: Any, api_client: client.ApiClient) -> tuple[Kind, dict[str, Any]]:
+    """The kind and the API's dict of `obj`: a CustomResource, a client model or a dict."""
+    if isinstance(obj, CustomResource):
+        return Kind.of(type(obj)), obj.to_dict()
+    if isinstance(obj, Mapping):
+        body = copy.deepcopy(dict(obj))
+        if not body.get("apiVersion") or not body.get("kind"):
+            raise ValueError("the object needs an apiVersion and a kind, e.g. "
+                             "{'apiVersion': 'batch/v1', 'kind': 'Job', 'metadata': ...}")
+        return Kind.of(f"{body['apiVersion']}/{body['kind']}"), body
+    if hasattr(type(obj), "openapi_types"):
+        spec = Kind.of(type(obj))
+        body = api_client.sanitize_for_serialization(obj)
+        body.setdefault("apiVersion", spec.api_version)
+        body.setdefault("kind", spec.kind)
+        return spec, body
+    raise TypeError(f"cannot write {type(obj).__name__}: give a CustomResource, a "
+                    "kubernetes client model or a dict")
+
+
+def _like(original: Any, spec: Kind, raw: dict[str, Any], api_client: client.ApiClient) -> Any:
+    """`raw` in the form `original` was given in."""
+    if isinstance(original, CustomResource):
+        return type(original).from_dict(raw)
+    if isinstance(original, Mapping):
+        return raw
+    return decode_model(type(original), raw, api_client)
+
+
+def _as_new(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether `a` is the same or a later version of the object than `b` (resourceVersions are
+    opaque in the API, but etcd's are integers, which this relies on where it can)."""
+    va = a.get("metadata", {}).get("resourceVersion")
+    vb = b.get("metadata", {}).get("resourceVersion")
+    try:
+        return int(str(va)) >= int(str(vb))
+    except ValueError:
+        return bool(va == vb)
+
