@@ -16,10 +16,10 @@ from typing import Any, Literal, TypeVar
 
 from kubernetes import client
 
-from operator_kit.client import Api, Resource
+from operator_kit.client import Api
 from operator_kit.events import EventRecorder
 from operator_kit.kinds import KindSpec
-from operator_kit.objects import Objects, PatchType, encode
+from operator_kit.objects import Objects, PatchType, encode, obj_like
 from operator_kit.own_writes import OwnWrites
 from operator_kit.resources import CustomResource
 
@@ -83,8 +83,20 @@ class Context:
 
     # -- writes ------------------------------------------------------------------------------
 
-    def create(self, obj: Any, *, dry_run: bool = False) -> Any:
-        """Create `obj` (a CustomResource, client model or dict); the result, same form."""
+    def create(self, obj: Any, *, owner: CustomResource | None = None,
+               dry_run: bool = False) -> Any:
+        """Create `obj` (a CustomResource, client model or dict); the result, same form.
+
+        With `owner`, the new object gets a controller ownerReference to it (and the
+        owner's namespace when it names none), as controller-runtime's
+        ``SetControllerReference``: deleting the owner garbage-collects it."""
+        if owner is not None:
+            _, body = encode(obj, self.client)
+            meta = body.setdefault("metadata", {})
+            meta.setdefault("namespace", owner.namespace)
+            meta["ownerReferences"] = [owner_reference(owner)]
+            created = self.objects.create(body, dry_run=dry_run)
+            return obj_like(obj, created, self.client)
         return self.objects.create(obj, dry_run=dry_run)
 
     def apply(self, obj: Any, *, dry_run: bool = False, force: bool = True) -> Any:
@@ -159,9 +171,3 @@ def owner_reference(owner: CustomResource) -> dict[str, Any]:
         raise ValueError(f"{owner.kind} {owner.name} has no uid: read it from the API first")
     return {"apiVersion": owner.api_version(), "kind": owner.kind, "name": owner.name,
             "uid": owner.uid, "controller": True, "blockOwnerDeletion": True}
-
-
-def resource_of(kind: type[CustomResource]) -> Resource:
-    """The REST endpoint of a CustomResource class, without asking discovery."""
-    group, _, version = kind.api_version().rpartition("/")
-    return Resource(group, version, kind.plural, kind.kind, kind.namespaced)

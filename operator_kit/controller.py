@@ -47,11 +47,11 @@ from kubernetes.client.exceptions import ApiException
 
 from operator_kit import metrics
 from operator_kit.client import Api, Resource, throttle_delay
-from operator_kit.context import Context, resource_of
+from operator_kit.context import Context
 from operator_kit.events import EventRecorder
 from operator_kit.filters import Filter, deletion_started, spec_changed
 from operator_kit.kinds import Kind, KindSpec
-from operator_kit.objects import Objects, decode
+from operator_kit.objects import Objects, decode, resource_of
 from operator_kit.own_writes import OwnWrites
 from operator_kit.queueing import Backoff, WorkQueue
 from operator_kit.rbac import Rule

@@ -71,6 +71,9 @@ class Objects:
         """The REST endpoint of `kind` (by discovery, once per kind); a clear LookupError
         when the API server does not serve it."""
         spec = Kind.of(kind)
+        custom = spec.custom_resource
+        if custom is not None and custom.api_version() == spec.api_version:
+            return resource_of(custom)  # declared in code: no discovery needed
         try:
             return self.api.resource_for(spec.api_version, spec.kind)
         except LookupError as err:
@@ -154,7 +157,7 @@ class Objects:
             page = self.api.request("GET", resource.path(namespace), query={
                 "labelSelector": str(selector) if selector is not None else None,
                 "limit": 500, "continue": token})
-            for item in page.get("items", []):
+            for item in page.get("items") or ():
                 item["apiVersion"], item["kind"] = resource.api_version, resource.kind
                 items.append(item)
             token = page.get("metadata", {}).get("continue") or None
@@ -224,7 +227,7 @@ class Objects:
                                    query={"dryRun": "All" if dry_run else None})
         if not dry_run:
             self._record(resource, created)
-        return _like(obj, spec, created, self.api.client)
+        return obj_like(obj, created, self.api.client)
 
     def apply(self, obj: Any, *, dry_run: bool = False, force: bool = True) -> Any:
         """Server-side apply `obj` as this operator's field manager; the result, in the
@@ -235,7 +238,7 @@ class Objects:
                                  dry_run=dry_run)
         if not dry_run:
             self._record(resource, applied)
-        return _like(obj, spec, applied, self.api.client)
+        return obj_like(obj, applied, self.api.client)
 
     def patch(self, kind: KindSpec, name: str, patch: Mapping[str, Any] | _Items,
               namespace: str | None = None, *, type: PatchType = "merge",
@@ -265,9 +268,11 @@ class Objects:
         resource = self.resource(spec)
         path = resource.path(namespace if resource.namespaced else None, name)
         try:
-            answer: Any = self.api.request(
-                "DELETE", path, body={"propagationPolicy": propagation},
-                query={"dryRun": "All" if dry_run else None})
+            # DeleteOptions in a body win over query parameters: dryRun goes in it too.
+            options: dict[str, Any] = {"propagationPolicy": propagation}
+            if dry_run:
+                options["dryRun"] = ["All"]
+            answer: Any = self.api.request("DELETE", path, body=options)
         except ApiException as err:
             if err.status == 404:
                 return False
@@ -279,6 +284,12 @@ class Objects:
             else:
                 self._journal[(resource, key)] = _GONE
         return True
+
+
+def resource_of(kind: type[CustomResource]) -> Resource:
+    """The REST endpoint of a CustomResource class, without asking discovery."""
+    group, _, version = kind.api_version().rpartition("/")
+    return Resource(group, version, kind.plural, kind.kind, kind.namespaced)
 
 
 # -- decoding and encoding ------------------------------------------------------------------
@@ -325,7 +336,7 @@ def encode(obj: Any, api_client: client.ApiClient) -> tuple[Kind, dict[str, Any]
                     "kubernetes client model or a dict")
 
 
-def _like(original: Any, spec: Kind, raw: dict[str, Any], api_client: client.ApiClient) -> Any:
+def obj_like(original: Any, raw: dict[str, Any], api_client: client.ApiClient) -> Any:
     """`raw` in the form `original` was given in."""
     if isinstance(original, CustomResource):
         return type(original).from_dict(raw)

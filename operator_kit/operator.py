@@ -260,12 +260,13 @@ class Operator:
         does not serve a kind some controller owns, watches or indexes."""
         objects = Objects(self.api)
         for controller in self.controllers:
+            # Custom kinds too: a CRD that is not installed is named here, not later.
             declared = [("owns", k) for k in controller.owned_kinds()]
             declared += [("watches", k) for k in controller.watched_kinds()]
             declared += [("indexes", Kind.of(i.kind)) for i in controller.indexes.values()]
             for where, kind in declared:
                 try:
-                    objects.resource(kind)
+                    objects.resource(kind.api_version + "/" + kind.kind)
                 except LookupError as err:
                     raise LookupError(f"controller {controller.name}: {where}: {err}") from None
 

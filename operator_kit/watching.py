@@ -217,7 +217,7 @@ class Informer:
                     items, token = {}, None
                     continue
                 raise
-            for obj in page.get("items", []):
+            for obj in page.get("items") or ():
                 self._normalize(obj)
                 items[key_of(obj)] = obj
             token = page.get("metadata", {}).get("continue") or None

@@ -5,7 +5,9 @@ per API group and resource (verbs unioned and sorted), so the same code always g
 byte-identical YAML. Nothing is widened: no wildcard appears unless a rule asked for it.
 The operator's own objects — its Lease and its webhook certificate's Secret — live in
 its namespace, so rules for leases and secrets go into a Role there, never into the
-ClusterRole; `leader_election()` adds the Lease rule.
+ClusterRole — except rules that list or watch them, which a controller's ``owns`` or
+``watches`` derive and which span the namespaces it watches; `leader_election()` adds
+the Lease rule.
 """
 
 from __future__ import annotations
@@ -30,9 +32,11 @@ class Rbac:
         self._namespaced: list[Rule] = []
 
     def rules(self, *rules: Rule) -> Rbac:
-        """Add rules: cluster-wide, except leases and secrets (the Role in the namespace)."""
+        """Add rules: cluster-wide, except leases and secrets (the Role in the namespace)
+        unless the rule lists or watches them."""
         for rule in rules:
-            own = all((g, r) in OWN_NAMESPACE for g in rule.api_groups for r in rule.resources)
+            own = all((g, r) in OWN_NAMESPACE for g in rule.api_groups
+                      for r in rule.resources) and not {"list", "watch"} & set(rule.verbs)
             (self._namespaced if own else self._rules).append(rule)
         return self
 
