@@ -18,6 +18,9 @@ from tests.cluster.conftest import Widget, WidgetController
 class StampingController(WidgetController):
     identity = ""
     slow = 0.0
+    # Each apply stamps the time, so it changes the ConfigMap every time: its echo must
+    # not reconcile again, or the replica would reconcile in a loop.
+    skip_own_echoes = True
 
     def reconcile(self, obj: Widget, ctx: Context) -> Action:
         if self.slow:  # half the work, a pause (a SIGKILL may land here), the rest
