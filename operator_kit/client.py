@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import threading
 from collections.abc import Mapping
@@ -138,7 +139,8 @@ class Resource:
 
 
 class Api:
-    """JSON requests to the API server through an ApiClient; errors are ApiException."""
+    """JSON requests to the API server through an ApiClient; errors are `ApiError` (an
+    ApiException whose message is one line: code, reason and the Status message)."""
 
     def __init__(self, client_: client.ApiClient) -> None:
         self.client = client_
@@ -163,17 +165,20 @@ class Api:
         (``application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1``)."""
         headers = {"Accept": accept or "application/json", "Content-Type": content_type}
         params = [(k, _query_value(v)) for k, v in (query or {}).items() if v is not None]
-        response = self.client.call_api(
-            path,
-            method,
-            query_params=params,
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _return_http_data_only=True,
-            _request_timeout=timeout,
-        )
+        try:
+            response = self.client.call_api(
+                path,
+                method,
+                query_params=params,
+                header_params=headers,
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _return_http_data_only=True,
+                _request_timeout=timeout,
+            )
+        except ApiException as err:  # the same error, saying what matters in one line
+            raise ApiError.of(err) from None
         if stream:
             return response
         data = response.data
@@ -251,3 +256,57 @@ def _query_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+# -- errors users read -------------------------------------------------------------------
+
+_FORBIDDEN = re.compile(r'cannot (?P<verb>[\w]+) resource "(?P<resource>[^"]+)" in API group '
+                        r'"(?P<group>[^"]*)"')
+
+
+def error_message(err: BaseException) -> str:
+    """One line saying what went wrong: ``"<code> <reason>: <the Status message>"`` for
+    an API error (not its HTTP headers), ``"<Type>: <message>"`` otherwise; a 403 adds
+    the `Rule` that would grant what was refused."""
+    if not isinstance(err, ApiException):
+        text = str(err).strip().splitlines()
+        return f"{type(err).__name__}: {text[0] if text else ''}".rstrip(": ")
+    return _api_error_message(err)
+
+
+def _api_error_message(err: Any) -> str:
+    message = ""
+    body = err.body
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    if body:
+        try:
+            status = json.loads(body)
+            message = str(status.get("message") or "") if isinstance(status, dict) else ""
+        except ValueError:
+            message = body.strip().splitlines()[0][:300] if body.strip() else ""
+    line = f"{err.status} {err.reason or ''}".strip()
+    if message:
+        line += f": {' '.join(message.split())}"
+    if err.status == 403:
+        found = _FORBIDDEN.search(message)
+        if found:
+            line += (f" — grant it with Rule([{found['group']!r}], "
+                     f"[{found['resource']!r}], [{found['verb']!r}]) in the controller's "
+                     "`rules`, then regenerate the manifests")
+    return line
+
+
+class ApiError(ApiException):  # type: ignore[misc]  # the client is untyped
+    """An `ApiException` whose ``str()`` is one line: ``"404 Not Found: <message>"``."""
+
+    @classmethod
+    def of(cls, err: ApiException) -> ApiError:
+        if isinstance(err, ApiError):
+            return err
+        made = cls(status=err.status, reason=err.reason)
+        made.body, made.headers = err.body, err.headers
+        return made
+
+    def __str__(self) -> str:
+        return error_message(self)

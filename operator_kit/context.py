@@ -119,17 +119,29 @@ class Context:
                                    propagation=propagation)
 
     def patch_status(self, obj: R, status: Mapping[str, Any] | Any) -> R:
-        """Merge-patch `status` (a dict, or the kind's status dataclass) into the status
-        subresource; returns the object as the API server now has it."""
+        """Write `obj`'s status subresource; returns the object as the API server has it.
+
+        One rule: the kind's status *dataclass* means "the status is exactly this" —
+        fields that are None, or absent from it, are cleared; a *dict* is a JSON merge
+        patch — the keys it names change (None deletes one), the others stay. A write
+        that would change nothing in the status `obj` holds sends no request and
+        returns `obj`."""
+        kind = type(obj)
+        shape = kind._status_shape
+        if shape is None:
+            raise TypeError(f"{kind.kind} declares no status: add a `status: <dataclass>` "
+                            "annotation to the class to give it a status subresource")
+        current = (obj.to_dict().get("status") or {})
         if dataclasses.is_dataclass(status) and not isinstance(status, type):
-            copy = type(obj).from_dict(obj.to_dict())
-            copy.status = status
-            patch = copy.to_dict().get("status", {})
+            patch = _replacing(current, shape.encode(status))
         elif isinstance(status, Mapping):
             patch = dict(status)
         else:
-            raise TypeError("patch_status takes a dict or the kind's status dataclass")
-        updated = self.objects.patch(type(obj), obj.name, {"status": patch}, obj.namespace,
+            raise TypeError(f"patch_status takes a dict or {kind.kind}'s status dataclass, "
+                            f"not {type(status).__name__}")
+        if _merged(current, patch) == current:
+            return obj  # nothing would change
+        updated = self.objects.patch(kind, obj.name, {"status": patch}, obj.namespace,
                                      subresource="status")
         return updated  # type: ignore[no-any-return]
 
@@ -171,3 +183,28 @@ def owner_reference(owner: CustomResource) -> dict[str, Any]:
         raise ValueError(f"{owner.kind} {owner.name} has no uid: read it from the API first")
     return {"apiVersion": owner.api_version(), "kind": owner.kind, "name": owner.name,
             "uid": owner.uid, "controller": True, "blockOwnerDeletion": True}
+
+
+def _replacing(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """A merge patch that turns `old` into exactly `new` (keys `new` lacks: null)."""
+    patch: dict[str, Any] = {key: None for key in old if key not in new}
+    for key, value in new.items():
+        before = old.get(key)
+        if isinstance(value, Mapping) and isinstance(before, Mapping):
+            patch[key] = _replacing(before, value)
+        else:
+            patch[key] = value
+    return patch
+
+
+def _merged(target: Any, patch: Any) -> Any:
+    """`patch` applied to `target` as a JSON merge patch (RFC 7386)."""
+    if not isinstance(patch, Mapping):
+        return patch
+    result = dict(target) if isinstance(target, Mapping) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = _merged(result.get(key), value)
+    return result

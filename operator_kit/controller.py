@@ -46,7 +46,7 @@ from typing import Any, Generic, TypeVar
 from kubernetes.client.exceptions import ApiException
 
 from operator_kit import metrics
-from operator_kit.client import Api, Resource, throttle_delay
+from operator_kit.client import Api, Resource, error_message, throttle_delay
 from operator_kit.context import Context
 from operator_kit.events import EventRecorder
 from operator_kit.filters import Filter, deletion_started, spec_changed
@@ -206,6 +206,16 @@ class Controller(Generic[R]):
     def cleanup(self, obj: R, ctx: Context) -> None:
         """Undo what reconcile did outside the cluster; runs once the object is being
         deleted, before the finalizer is removed. Raise to keep the finalizer and retry."""
+
+    def cleanup_invalid(self, raw: dict[str, Any], ctx: Context,
+                        error: InvalidResource) -> None:
+        """Clean up an object being deleted that no longer decodes (`raw` is the API's
+        dict; `error` says what does not fit). Return to have the finalizer removed;
+        raise (the default) to keep it: deletion stays blocked, and every retry posts a
+        Warning Event and a log line with the command that removes the finalizer."""
+        raise InvalidResource(f"cleanup needs a {self.resource.__name__}; define "
+                              f"{type(self).__name__}.cleanup_invalid to clean up from the "
+                              "raw object")
 
     def primary_kind(self) -> Kind:
         return Kind.of(self.resource)
@@ -483,6 +493,14 @@ class ControllerRunner:
                                        f"reconcile has run for more than {timeout:g}s")
             reported = stuck
 
+    def dead_threads(self) -> list[str]:
+        """The names of this controller's threads that ended while they should run."""
+        if self.stop.is_set():
+            return []
+        with self._running_lock:
+            retiring = set(self._retiring)
+        return [t.name for t in self._workers if not t.is_alive() and t not in retiring]
+
     def synced(self) -> bool:
         return self.primary.synced.is_set() and all(i.synced.is_set() for i in self.owned)
 
@@ -513,6 +531,10 @@ class ControllerRunner:
                 continue
             try:
                 self._process(key)
+            except Exception:
+                log.exception("%s: unexpected error handling %s; retrying it with backoff",
+                              self.name, _describe(key))
+                self.queue.add_failure(key)
             finally:
                 self.queue.done(key)
                 self._depth.set(len(self.queue))
@@ -531,6 +553,11 @@ class ControllerRunner:
         try:
             obj = kind.from_dict(raw)
         except InvalidResource as err:
+            finalizer = self.controller.finalizer
+            meta = raw.get("metadata", {})
+            if meta.get("deletionTimestamp") and finalizer in (meta.get("finalizers") or ()):
+                self._delete_invalid(key, raw, err)
+                return
             # A stored object that does not match the type: retrying cannot help until
             # someone changes it, so say so on the object and wait for that change.
             log.error("%s: %s", self.name, err)
@@ -581,10 +608,54 @@ class ControllerRunner:
         self._errors.inc()
         self._retries.inc()
         delay = self.queue.add_failure(key)
+        message = error_message(err)
         log.error("%s: reconcile of %s failed (attempt %d, retrying in %.1fs): %s",
-                  self.name, _describe(key), self.queue.failures(key), delay, err,
-                  exc_info=not isinstance(err, ApiException))
-        self.context.event(obj, True, "ReconcileError", f"{type(err).__name__}: {err}")
+                  self.name, _describe(key), self.queue.failures(key), delay, message,
+                  exc_info=not isinstance(err, ApiException | TypeError))
+        # The same failure again is the same note, so its Event's count rises.
+        self.context.event(obj, True, "ReconcileError", _clip(message))
+
+    def _delete_invalid(self, key: Key, raw: dict[str, Any], err: InvalidResource) -> None:
+        """An object being deleted, holding our finalizer, that no longer decodes (an
+        upgrade added a required field, say): `Controller.cleanup_invalid` may clean it
+        up from the raw dict; until something does, every retry says deletion is blocked
+        and how to unblock it by hand."""
+        finalizer = str(self.controller.finalizer)
+        try:
+            self.controller.cleanup_invalid(raw, self.context, err)
+            self._remove_finalizer(raw, finalizer)
+            self.queue.forget(key)
+            log.info("%s: %s did not decode (%s); cleanup_invalid ran and its finalizer "
+                     "was removed", self.name, _describe(key), err)
+            return
+        except Exception as failure:  # noqa: BLE001 - reported below, retried with backoff
+            reason = error_message(failure)
+        delay = self.queue.add_failure(key)
+        kind = self.controller.resource
+        finalizers = raw["metadata"].get("finalizers") or []
+        where = f" -n {key[0]}" if key[0] else ""
+        command = (f"kubectl patch {kind.plural}.{kind.group} {key[1]}{where} --type=json "
+                   f"-p '[{{\"op\": \"remove\", \"path\": \"/metadata/finalizers/"
+                   f"{finalizers.index(finalizer)}\"}}]'")
+        note = (f"deletion is blocked: the object no longer matches {kind.__name__} ({err}) "
+                f"and cleanup could not run ({reason}); fix the object, or remove the "
+                f"finalizer {finalizer} by hand: {command}")
+        log.error("%s: %s: %s (retrying in %.1fs)", self.name, _describe(key), note, delay)
+        self.context.event(raw, True, "DeletionBlocked", note[:1024])
+
+    def _remove_finalizer(self, raw: dict[str, Any], finalizer: str) -> None:
+        meta = raw["metadata"]
+        left = [f for f in meta.get("finalizers") or () if f != finalizer]
+        path = resource_of(self.controller.resource).path(meta.get("namespace"), meta["name"])
+        try:
+            self.api.request("PATCH", path, body={"metadata": {
+                "finalizers": left or None, "resourceVersion": meta.get("resourceVersion")}},
+                content_type="application/merge-patch+json")
+        except ApiException as failure:
+            if failure.status == 409:
+                raise _Conflict() from failure
+            if failure.status != 404:
+                raise
 
     def _gone(self, obj: CustomResource) -> bool:
         """Whether `obj` no longer exists (a 404 from a reconcile may be about another
@@ -600,12 +671,15 @@ class ControllerRunner:
             return False
         return bool(current.get("metadata", {}).get("uid") != obj.uid)
 
+    def _reconcile(self, obj: CustomResource) -> Action | None:
+        return _checked(self.controller.reconcile(obj, self.context.for_object(obj)))
+
     def _finalize_or_reconcile(self, obj: CustomResource) -> Action | None:
         finalizer = self.controller.finalizer
         if finalizer is None:
             if obj.deletion_timestamp:
                 return None  # being deleted by others' finalizers: nothing to make
-            return self.controller.reconcile(obj, self.context.for_object(obj))
+            return self._reconcile(obj)
         if obj.deletion_timestamp:
             if finalizer in obj.finalizers:
                 self.controller.cleanup(obj, self.context.for_object(obj))
@@ -613,7 +687,7 @@ class ControllerRunner:
             return None
         if finalizer not in obj.finalizers:
             obj = self._set_finalizers(obj, [*obj.finalizers, finalizer])
-        return self.controller.reconcile(obj, self.context.for_object(obj))
+        return self._reconcile(obj)
 
     def _set_finalizers(self, obj: CustomResource, finalizers: list[str]) -> CustomResource:
         """Write the finalizer list only if the object is still the version we read."""
@@ -632,6 +706,21 @@ class ControllerRunner:
                 return obj  # already gone
             raise
         return type(obj).from_dict(updated)
+
+
+def _checked(result: object) -> Action | None:
+    """What reconcile returned, if it is an Action or None; else a TypeError saying so."""
+    if result is None or isinstance(result, Action):
+        return result
+    hint = (" — the method itself, not its result: call it, e.g. Action.requeue(30)"
+            if callable(result) else "")
+    raise TypeError(f"reconcile returned {result!r} ({type(result).__name__}){hint}; "
+                    "return an Action — Action.requeue(seconds) or Action.await_change() "
+                    "— or None (wait for a change)")
+
+
+def _clip(note: str, limit: int = 280) -> str:
+    return note if len(note) <= limit else note[:limit - 1] + "…"
 
 
 class _Conflict(Exception):

@@ -77,6 +77,7 @@ class Operator:
         self._started = False
         self._lock = threading.Lock()
         self._webhooks: Webhooks | None = None
+        self._reported_dead: list[str] = []
         for controller in controllers:
             self.add(controller)
 
@@ -230,8 +231,29 @@ class Operator:
         return self._elector.may_reconcile() if self._elector else self._started
 
     def live(self) -> bool:
-        """Alive while not stopping, or while stopping within the shutdown bound."""
-        return not self.stopping.is_set() or self._started
+        """Alive while not stopping, or while stopping within the shutdown bound — and
+        only while every worker and watch thread runs: one that died anyway (an
+        exception no handler may catch, such as SystemExit in a reconcile) fails
+        ``/livez``, so Kubernetes restarts the pod, and the log says which."""
+        if self.stopping.is_set():
+            return self._started
+        dead = self.dead_threads()
+        if dead and dead != self._reported_dead:
+            log.critical("operator %s: thread(s) %s ended unexpectedly (see the error "
+                         "above); reporting not alive so the pod is restarted", self.name,
+                         ", ".join(dead))
+        self._reported_dead = dead
+        return not dead
+
+    def dead_threads(self) -> list[str]:
+        """Names of worker and watch threads that ended while the operator runs."""
+        if not self._started or self.stopping.is_set():
+            return []
+        dead = [name for runner in self._runners for name in runner.dead_threads()]
+        if self._informers is not None:
+            dead += [f"watch-{i.resource.plural}" for i in self._informers.values()
+                     if i.started and not i.alive()]
+        return dead
 
     # -- running ---------------------------------------------------------------------------
 

@@ -155,6 +155,14 @@ class Informer:
         """Unblock a watch read in progress (used on shutdown, after `stop` is set)."""
         _abort(self._response)
 
+    @property
+    def started(self) -> bool:
+        return self._thread is not None
+
+    def alive(self) -> bool:
+        """Whether its watch thread runs (False before `start`, and after it ended)."""
+        return self._thread is not None and self._thread.is_alive()
+
     def join(self, timeout: float | None = None) -> None:
         if self._thread is not None:
             self._thread.join(timeout)
