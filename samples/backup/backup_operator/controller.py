@@ -5,6 +5,12 @@ Backup as its controller owner (delete the Backup and the garbage collector dele
 CronJob). The controller also keeps a catalog — a ConfigMap ``backup-catalog`` listing
 the namespace's Backups, standing in for an external backup store — and removes the
 Backup's entry on deletion through the finalizer ``example.com/cleanup``.
+
+A ConfigMap holds at most 1 MiB, so the catalog has a limit (about 5,000 Backups with
+short names): a Backup that no longer fits is not retried forever against a 422; its
+``Cataloged`` condition says ``False`` (reason ``CatalogFull``) until room is made.
+Workers that race to create the catalog in a fresh namespace do not fail: the one whose
+create loses (409) adds its entry to the catalog the other made.
 """
 
 from __future__ import annotations
@@ -51,7 +57,7 @@ class BackupController(Controller[Backup]):
 
     def reconcile(self, backup: Backup, ctx: Context) -> Action:
         job = ctx.apply_owned(backup, cron_job(backup))
-        self._catalog(ctx, backup, add=True)
+        cataloged = self._catalog(ctx, backup, add=True)
         last_run = job.get("status", {}).get("lastScheduleTime")
         if backup.status is None or backup.status.observed_generation != backup.generation:
             ctx.event(backup, False, "Scheduled",
@@ -60,9 +66,17 @@ class BackupController(Controller[Backup]):
         ctx.patch_status(backup, BackupStatus(
             last_run=last_run,
             observed_generation=backup.generation,
-            conditions=[Condition("Ready", "True", "CronJobApplied",
-                                  f"CronJob {backup.name} is up to date",
-                                  _transition(backup, "Ready", "True"))],
+            conditions=[
+                Condition("Ready", "True", "CronJobApplied",
+                          f"CronJob {backup.name} is up to date",
+                          _transition(backup, "Ready", "True")),
+                Condition("Cataloged", "True", "InCatalog", f"listed in {CATALOG}",
+                          _transition(backup, "Cataloged", "True")) if cataloged else
+                Condition("Cataloged", "False", "CatalogFull",
+                          f"{CATALOG} is full (a ConfigMap holds at most 1 MiB): delete "
+                          "Backups or shorten names to make room",
+                          _transition(backup, "Cataloged", "False")),
+            ],
         ))
         return Action.await_change()
 
@@ -70,21 +84,32 @@ class BackupController(Controller[Backup]):
         self._catalog(ctx, backup, add=False)
         ctx.event(backup, False, "CleanedUp", f"removed {backup.name} from the {CATALOG}")
 
-    def _catalog(self, ctx: Context, backup: Backup, *, add: bool) -> None:
-        """Add or remove `backup` in the namespace's catalog ConfigMap."""
+    def _catalog(self, ctx: Context, backup: Backup, *, add: bool) -> bool:
+        """Add or remove `backup` in the namespace's catalog ConfigMap; False when it
+        does not fit."""
         entry = json.dumps({"database": backup.spec.database, "schedule": backup.spec.schedule})
-        path = f"/api/v1/namespaces/{backup.namespace}/configmaps/{CATALOG}"
         patch = {"data": {backup.name: entry if add else None}}
-        try:
-            ctx.api.request("PATCH", path, body=patch,
-                            content_type="application/merge-patch+json")
-        except ApiException as err:
-            if err.status != 404:
-                raise
+        for _ in range(3):
+            try:
+                ctx.patch("v1/ConfigMap", CATALOG, patch)
+                return True
+            except ApiException as err:
+                if err.status == 422 and add and "Too long" in str(err):
+                    return False  # the catalog is full: say so in status, not forever
+                if err.status != 404:
+                    raise
             if not add:
-                return  # no catalog: nothing to remove
-            ctx.api.request("POST", f"/api/v1/namespaces/{backup.namespace}/configmaps",
-                            body={"metadata": {"name": CATALOG}, "data": {backup.name: entry}})
+                return True  # no catalog: nothing to remove
+            try:
+                ctx.create({"apiVersion": "v1", "kind": "ConfigMap",
+                            "metadata": {"name": CATALOG, "namespace": backup.namespace},
+                            "data": {backup.name: entry}})
+                return True
+            except ApiException as err:
+                if err.status != 409:
+                    raise
+                # Another worker created it first: add to theirs.
+        raise RuntimeError(f"the {CATALOG} ConfigMap kept appearing and disappearing")
 
 
 def _transition(backup: Backup, kind: str, status: str) -> str:

@@ -103,3 +103,38 @@ def test_deleting_a_backup_cleans_its_catalog_entry_and_collects_the_cron_job(
         namespace.api.get(f"/apis/batch/v1/namespaces/{namespace.name}/cronjobs/keep")
     except ApiException as err:  # pragma: no cover - reported by the assertion
         raise AssertionError("the other backup's CronJob must stay") from err
+
+
+@pytest.mark.usefixtures("backup_operator")
+def test_backups_created_together_in_a_fresh_namespace_all_reach_the_catalog_without_errors(
+        namespace: Namespace) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    names = [f"b{i}" for i in range(8)]
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda n: create(namespace, n), names))
+
+    def catalog() -> set[str]:
+        cm = namespace.get("v1", "ConfigMap", "backup-catalog") or {}
+        return set(cm.get("data") or {})
+
+    eventually(30, lambda: set(names) <= catalog())
+    errors = namespace.list("v1", "Event", fieldSelector="reason=ReconcileError")
+    assert errors == [], [e["message"] for e in errors]
+
+
+@pytest.mark.usefixtures("backup_operator")
+def test_a_backup_that_does_not_fit_the_catalog_says_so_in_status_and_is_not_retried(
+        namespace: Namespace) -> None:
+    namespace.api.request("POST", f"/api/v1/namespaces/{namespace.name}/configmaps", body={
+        "metadata": {"name": "backup-catalog"}, "data": {"filler": "x" * 1_048_560}})
+    create(namespace, "late")
+
+    def condition() -> dict[str, Any] | None:
+        status = (backup(namespace, "late") or {}).get("status") or {}
+        return next((c for c in status.get("conditions") or ()
+                     if c["type"] == "Cataloged"), None)
+
+    found = eventually(30, condition)
+    assert (found["status"], found["reason"]) == ("False", "CatalogFull")
+    assert namespace.list("v1", "Event", fieldSelector="reason=ReconcileError") == []
