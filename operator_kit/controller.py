@@ -320,7 +320,7 @@ class ControllerRunner:
                                      metrics.WORKQUEUE_RETRIES.labels(self.name))
         self._in_flight = metrics.Both(metrics.IN_FLIGHT.labels(self.name),
                                        metrics.CR_ACTIVE_WORKERS.labels(self.name))
-        metrics.CR_MAX_CONCURRENT.labels(self.name).set(controller.max_concurrent_reconciles)
+        metrics.init_controller(self.name, controller.max_concurrent_reconciles)
         self._stuck = metrics.STUCK.labels(self.name)
 
     def _resource(self, kind: KindSpec, where: str) -> Resource:

@@ -129,6 +129,20 @@ CR_MAX_CONCURRENT = Gauge(
     ["controller"],
 )
 
+
+def init_controller(controller: str, max_concurrent_reconciles: int) -> None:
+    """Give a controller's series their value before its first reconcile, as
+    controller-runtime does: zero for each result, errors and panics (so ``rate()`` and
+    alerts see them from the start), and its maximum of concurrent reconciles."""
+    for result in RESULTS:
+        CR_RECONCILES.labels(controller, result)
+    CR_RECONCILE_ERRORS.labels(controller)
+    CR_RECONCILE_PANICS.labels(controller)
+    CR_ACTIVE_WORKERS.labels(controller)
+    CR_MAX_CONCURRENT.labels(controller).set(max_concurrent_reconciles)
+    WORKQUEUE_RETRIES.labels(controller)
+
+
 # -- work queues, as client-go names them (name: the controller) ------------------------
 _QUEUE_BUCKETS = tuple(float(f"1e{e}") for e in range(-8, 2))  # 10ns .. 10s, as client-go
 WORKQUEUE_ADDS = Counter(
