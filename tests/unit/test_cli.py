@@ -335,3 +335,22 @@ def test_json_log_format_makes_every_line_one_json_object(
     lines = [json.loads(line) for line in err.splitlines()]
     assert {"time", "level", "logger", "message"} <= set(lines[-1])
     assert lines[-1]["message"] == "hello"
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--bogus"], "unrecognized arguments: --bogus"),
+    (["--log-level", "loud"], "--log-level 'loud' is not a log level"),
+    (["--kubeconfig", "/no/such/kubeconfig"], "--kubeconfig /no/such/kubeconfig: no such file"),
+])
+def test_python_dash_m_operator_with_bad_input_prints_one_line_and_exits_2(
+        argv: list[str], says: str) -> None:
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "backup_operator", *argv],
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.startswith("python -m backup_operator: error: ")
+    assert result.stderr.count("\n") == 1 and says in result.stderr
+    assert "Traceback" not in result.stderr
