@@ -86,11 +86,11 @@ def test_a_plain_run_serves_probes_and_metrics_and_logs_json_lines_with_the_obje
     assert process.stderr is not None
     output = Output(process.stderr)
     try:
-        eventually(30, lambda: get(f"http://127.0.0.1:{probes}/livez")[0] == 200)
+        eventually(60, lambda: get(f"http://127.0.0.1:{probes}/livez")[0] == 200)
         eventually(60, lambda: get(f"http://127.0.0.1:{probes}/readyz")[0] == 200,
                    message="ready once it leads and its caches synced")
         create_widget(namespace, "plain", size=3)
-        eventually(30, lambda: namespace.get("v1", "ConfigMap", "plain"))
+        eventually(60, lambda: namespace.get("v1", "ConfigMap", "plain"))
         status, metrics = get(f"http://127.0.0.1:{metrics_port}/metrics")
         assert status == 200
         assert get(f"http://127.0.0.1:{probes}/metrics")[0] == 404  # a port of its own
@@ -148,10 +148,10 @@ def test_gunicorn_logs_in_the_same_json_format_its_own_lines_included(
     assert server.stdout is not None
     output = Output(server.stdout)
     try:
-        eventually(30, lambda: get(f"http://127.0.0.1:{port}/readyz")[0] == 200)
+        eventually(60, lambda: get(f"http://127.0.0.1:{port}/readyz")[0] == 200)
         create_widget(namespace, "served-json", size=2)
-        eventually(30, lambda: namespace.get("v1", "ConfigMap", "served-json"))
-        eventually(10, lambda: any('"served-json"' in line and "reconciled" in line
+        eventually(60, lambda: namespace.get("v1", "ConfigMap", "served-json"))
+        eventually(30, lambda: any('"served-json"' in line and "reconciled" in line
                                    for line in list(output.lines)))
         server.send_signal(signal.SIGTERM)
         assert server.wait(40) == 0
