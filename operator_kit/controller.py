@@ -45,7 +45,7 @@ from typing import Any, Generic, TypeVar
 
 from kubernetes.client.exceptions import ApiException
 
-from operator_kit import metrics
+from operator_kit import logs, metrics
 from operator_kit.client import Api, Resource, error_message, throttle_delay
 from operator_kit.context import Context
 from operator_kit.events import EventRecorder
@@ -320,11 +320,17 @@ class ControllerRunner:
         self._owner_kind = kind.kind
         self._namespaced = kind.namespaced
         self._reconciles = metrics.RECONCILES.labels(self.name)
-        self._errors = metrics.RECONCILE_ERRORS.labels(self.name)
-        self._duration = metrics.RECONCILE_DURATION.labels(self.name)
+        # Each with its controller-runtime twin (see operator_kit.metrics).
+        self._errors = metrics.Both(metrics.RECONCILE_ERRORS.labels(self.name),
+                                    metrics.CR_RECONCILE_ERRORS.labels(self.name))
+        self._duration = metrics.Both(metrics.RECONCILE_DURATION.labels(self.name),
+                                      metrics.CR_RECONCILE_TIME.labels(self.name))
         self._depth = metrics.QUEUE_DEPTH.labels(self.name)
-        self._retries = metrics.RETRIES.labels(self.name)
-        self._in_flight = metrics.IN_FLIGHT.labels(self.name)
+        self._retries = metrics.Both(metrics.RETRIES.labels(self.name),
+                                     metrics.WORKQUEUE_RETRIES.labels(self.name))
+        self._in_flight = metrics.Both(metrics.IN_FLIGHT.labels(self.name),
+                                       metrics.CR_ACTIVE_WORKERS.labels(self.name))
+        metrics.init_controller(self.name, controller.max_concurrent_reconciles)
         self._stuck = metrics.STUCK.labels(self.name)
 
     def _resource(self, kind: KindSpec, where: str) -> Resource:
@@ -530,7 +536,8 @@ class ControllerRunner:
                 self.stop.wait(0.5)
                 continue
             try:
-                self._process(key)
+                with logs.reconciling(self.name, *key):  # every line logged carries the key
+                    self._process(key)
             except Exception:
                 log.exception("%s: unexpected error handling %s; retrying it with backoff",
                               self.name, _describe(key))
@@ -568,8 +575,11 @@ class ControllerRunner:
         self._in_flight.inc()
         with self._running_lock:
             self._running[key] = (started, threading.current_thread())
+        result = "requeue"  # controller_runtime_reconcile_total's result label
         try:
             action = self._finalize_or_reconcile(obj)
+            result = ("requeue_after" if action is not None and action.requeue_after is not None
+                      else "success")
         except _Conflict:
             self.enqueue(key, 0.2)  # our cache is behind; look again once it catches up
             return
@@ -579,9 +589,11 @@ class ControllerRunner:
                 # found nothing): not a failure, and nothing is left to retry for.
                 log.info("%s: %s was deleted while it was being reconciled (%s %s)",
                          self.name, _describe(key), err.status, err.reason)
+                result = "success"
                 self.queue.forget(key)
                 return
             if err.status != 429:
+                result = "error"
                 self._failed(key, obj, err)
                 return
             # Throttled even after the client's own retries: come back after Retry-After,
@@ -591,6 +603,8 @@ class ControllerRunner:
             self.enqueue(key, throttle_delay(err) * (1 + 2 * random.random()))
             return
         except Exception as err:  # noqa: BLE001 - any failure backs off and retries (logged)
+            result = "error"
+            metrics.CR_RECONCILE_PANICS.labels(self.name).inc()
             self._failed(key, obj, err)
             return
         finally:
@@ -598,7 +612,11 @@ class ControllerRunner:
                 self._running.pop(key, None)
             self._in_flight.dec()
             self._reconciles.inc()
+            metrics.CR_RECONCILES.labels(self.name, result).inc()
             self._duration.observe(time.monotonic() - started)
+        after = action.requeue_after if action is not None else None
+        log.debug("%s: reconciled %s in %.3fs: %s", self.name, _describe(key),
+                  time.monotonic() - started, result if after is None else f"{result} {after:g}s")
         self.queue.forget(key)
         if action is not None and action.requeue_after is not None:
             self.enqueue(key, action.requeue_after)

@@ -40,6 +40,9 @@ Why these values:
   stalled every request for tens of milliseconds, the largest part of the tail latency.
 - Access log off (``OPERATOR_KIT_ACCESS_LOG=1`` turns it on): the API server calls
   webhooks on every write; metrics count them.
+- Logs: ``OPERATOR_KIT_LOG_LEVEL`` (default info) and ``OPERATOR_KIT_LOG_FORMAT`` (text or
+  json), in the master and the worker, gunicorn's own lines included
+  (`operator_kit.logs`): the same format as ``python -m my_operator --log-format``.
 """
 
 from __future__ import annotations
@@ -48,6 +51,9 @@ import gc
 import os
 from typing import Any
 
+from gunicorn.glogging import Logger
+
+from operator_kit import logs
 from operator_kit.certificates import TLS_CERT_ENV, TLS_KEY_ENV
 from operator_kit.gunicorn_worker import read_timeout_from_env
 from operator_kit.webhooks import APP_ENV
@@ -107,7 +113,31 @@ def _prepare_tls() -> None:
         prepare(directory)
 
 
+def _log_settings() -> tuple[str, str]:
+    level = os.environ.get("OPERATOR_KIT_LOG_LEVEL", "info").strip().lower() or "info"
+    fmt = os.environ.get("OPERATOR_KIT_LOG_FORMAT", "text").strip().lower() or "text"
+    if level not in logs.LEVELS:
+        raise RuntimeError(f"operator_kit.gunicorn_conf: OPERATOR_KIT_LOG_LEVEL={level!r} is "
+                           f"not a log level; use one of {', '.join(logs.LEVELS)}")
+    if fmt not in logs.FORMATS:
+        raise RuntimeError(f"operator_kit.gunicorn_conf: OPERATOR_KIT_LOG_FORMAT={fmt!r} is "
+                           "not a log format; use text or json")
+    return level, fmt
+
+
+class OperatorLogger(Logger):  # type: ignore[misc]  # gunicorn is untyped
+    """gunicorn's logger, writing in the operator's format (text or json)."""
+
+    def setup(self, cfg: Any) -> None:
+        super().setup(cfg)
+        for log in (self.error_log, self.access_log):
+            for handler in log.handlers:
+                handler.setFormatter(logs.formatter(_log_format))
+
+
 _in_pod = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+_log_level, _log_format = _log_settings()
+logs.configure(_log_level, _log_format)  # the master's own lines (TLS preparation)
 _prepare_tls()
 
 wsgi_app = "operator_kit.webhooks:app"
@@ -124,7 +154,8 @@ graceful_timeout = 20
 certfile, keyfile = _tls_files()
 accesslog = "-" if _flag("OPERATOR_KIT_ACCESS_LOG") else None
 errorlog = "-"
-loglevel = os.environ.get("OPERATOR_KIT_LOG_LEVEL", "info")
+loglevel = _log_level
+logger_class = OperatorLogger
 
 
 def post_worker_init(worker: Any) -> None:
@@ -142,16 +173,8 @@ def post_worker_init(worker: Any) -> None:
 
 def post_fork(server: Any, worker: Any) -> None:
     """In the worker: send the operator's own log records (operator_kit.*, the user's) to
-    stderr next to gunicorn's, at gunicorn's level."""
-    import logging
-
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter(
-        "[%(asctime)s] [%(process)d] [%(levelname)s] %(name)s: %(message)s",
-        "%Y-%m-%d %H:%M:%S %z"))
-    root = logging.getLogger()
-    root.addHandler(handler)
-    root.setLevel(loglevel.upper())
+    stderr next to gunicorn's, at gunicorn's level, in the same format."""
+    logs.configure(_log_level, _log_format)
 
 
 def worker_exit(server: Any, worker: Any) -> None:

@@ -188,6 +188,9 @@ class LeaderElector:
         self._namespace = namespace
         self._name = name
         self._operator = operator
+        # operator_kit_leader{operator} and client-go's leader_election_master_status{name}
+        self._gauge = metrics.Both(metrics.LEADER.labels(operator),
+                                   metrics.LEADER_MASTER.labels(name))
         self._identity = config.identity or default_identity()
         self._on_started = on_started_leading
         self._on_stopped = on_stopped_leading
@@ -259,7 +262,7 @@ class LeaderElector:
         ``release_on_stop``), or after calling ``on_stopped_leading`` (when it was lost),
         or at once when `stop` is set before the Lease was acquired.
         """
-        gauge = metrics.LEADER.labels(self._operator)
+        gauge = self._gauge
         gauge.set(0)
         try:
             if not self._acquire(stop):
@@ -351,7 +354,7 @@ class LeaderElector:
             self._holding = False
             self._done = True
             lease = self._lease
-        metrics.LEADER.labels(self._operator).set(0)
+        self._gauge.set(0)
         log.error("%s: lost lease %s: %s", self._identity, self._describe(), why)
         if release and lease is not None:
             with self._io:
@@ -488,7 +491,7 @@ class LeaderElector:
                 self._done = True
             if lease is None:
                 return False
-            metrics.LEADER.labels(self._operator).set(0)
+            self._gauge.set(0)
             return self._write_release(lease)
 
     def _write_release(self, lease: dict[str, Any]) -> bool:

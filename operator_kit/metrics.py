@@ -4,11 +4,51 @@ They live in prometheus_client's default registry (the one piece of global state
 project allows) and are served on ``/metrics``. Names follow Prometheus conventions:
 ``_total`` counters, ``_seconds`` histograms, and labels kept to bounded sets
 (controller, resource, path, outcome) so cardinality never grows with objects.
+
+Beside operator_kit's own names, the ones controller-runtime and client-go export are
+here with the same labels and meaning, so dashboards and alerts written for Go
+operators (kubebuilder's Grafana dashboards, the usual alert rules) work unchanged:
+``controller_runtime_reconcile_total{controller,result}`` and its siblings,
+``workqueue_*{name}`` (the queue's name is its controller's),
+``leader_election_master_status{name}`` and ``controller_runtime_webhook_*{webhook}``.
+`Both` updates an operator_kit metric and its controller-runtime twin together, so the
+two can never disagree.
 """
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+import threading
+import weakref
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+
+class Both:
+    """Metric children updated together (an operator_kit name and its controller-runtime
+    twin): ``inc``, ``dec``, ``set`` and ``observe`` go to each."""
+
+    def __init__(self, *children: Any) -> None:
+        self._children = children
+
+    def inc(self, amount: float = 1.0) -> None:
+        for child in self._children:
+            child.inc(amount)
+
+    def dec(self, amount: float = 1.0) -> None:
+        for child in self._children:
+            child.dec(amount)
+
+    def set(self, value: float) -> None:
+        for child in self._children:
+            child.set(value)
+
+    def observe(self, value: float) -> None:
+        for child in self._children:
+            child.observe(value)
 
 # -- controllers -----------------------------------------------------------------------
 RECONCILES = Counter(
@@ -49,6 +89,144 @@ STUCK = Gauge(
     ["controller"],
 )
 
+# -- controllers, as controller-runtime names them --------------------------------------
+# result: success (done, or waiting for a change), error (raised; retried with backoff),
+# requeue (the framework looks again soon: a stale cache, API throttling),
+# requeue_after (the reconcile returned Action.requeue(seconds)).
+RESULTS = ("success", "error", "requeue", "requeue_after")
+CR_RECONCILES = Counter(
+    "controller_runtime_reconcile",
+    "Total number of reconciliations per controller, by result.",
+    ["controller", "result"],
+)
+CR_RECONCILE_ERRORS = Counter(
+    "controller_runtime_reconcile_errors",
+    "Total number of reconciliation errors per controller.",
+    ["controller"],
+)
+CR_RECONCILE_PANICS = Counter(
+    "controller_runtime_reconcile_panics",
+    "Total number of reconciliation panics per controller: reconciles that raised "
+    "something other than an API error (logged with a traceback).",
+    ["controller"],
+)
+CR_RECONCILE_TIME = Histogram(
+    "controller_runtime_reconcile_time_seconds",
+    "Length of time per reconciliation per controller.",
+    ["controller"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6,
+             0.7, 0.8, 0.9, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5, 6, 7, 8, 9,
+             10, 15, 20, 25, 30, 40, 50, 60),
+)
+CR_ACTIVE_WORKERS = Gauge(
+    "controller_runtime_active_workers",
+    "Number of currently used workers per controller.",
+    ["controller"],
+)
+CR_MAX_CONCURRENT = Gauge(
+    "controller_runtime_max_concurrent_reconciles",
+    "Maximum number of concurrent reconciles per controller.",
+    ["controller"],
+)
+
+
+def init_controller(controller: str, max_concurrent_reconciles: int) -> None:
+    """Give a controller's series their value before its first reconcile, as
+    controller-runtime does: zero for each result, errors and panics (so ``rate()`` and
+    alerts see them from the start), and its maximum of concurrent reconciles."""
+    for result in RESULTS:
+        CR_RECONCILES.labels(controller, result)
+    CR_RECONCILE_ERRORS.labels(controller)
+    CR_RECONCILE_PANICS.labels(controller)
+    CR_ACTIVE_WORKERS.labels(controller)
+    CR_MAX_CONCURRENT.labels(controller).set(max_concurrent_reconciles)
+    WORKQUEUE_RETRIES.labels(controller)
+
+
+# -- work queues, as client-go names them (name: the controller) ------------------------
+_QUEUE_BUCKETS = tuple(float(f"1e{e}") for e in range(-8, 2))  # 10ns .. 10s, as client-go
+WORKQUEUE_ADDS = Counter(
+    "workqueue_adds",
+    "Total number of adds handled by workqueue (a key already waiting is not added again).",
+    ["name"],
+)
+WORKQUEUE_QUEUE_DURATION = Histogram(
+    "workqueue_queue_duration_seconds",
+    "How long in seconds an item stays in workqueue before being requested "
+    "(from when it is due, for a delayed key).",
+    ["name"],
+    buckets=_QUEUE_BUCKETS,
+)
+WORKQUEUE_WORK_DURATION = Histogram(
+    "workqueue_work_duration_seconds",
+    "How long in seconds processing an item from workqueue takes.",
+    ["name"],
+    buckets=_QUEUE_BUCKETS,
+)
+WORKQUEUE_RETRIES = Counter(
+    "workqueue_retries",
+    "Total number of retries handled by workqueue (failure backoff, throttling).",
+    ["name"],
+)
+
+
+class QueueStats(Protocol):
+    """What a work queue tells the gauges below when they are scraped."""
+
+    name: str
+
+    def stats(self) -> tuple[int, float, float] | None:
+        """(ready keys, seconds of work in progress, longest running seconds), or None
+        once the queue is shut down."""
+
+
+class _QueueGauges(Collector):
+    """``workqueue_depth``, ``..._unfinished_work_seconds`` and
+    ``..._longest_running_processor_seconds``, read from the live queues at scrape time
+    (summed per name; the longest is the maximum), so they are never stale."""
+
+    def __init__(self) -> None:
+        self._queues: weakref.WeakSet[QueueStats] = weakref.WeakSet()
+        self._lock = threading.Lock()
+
+    def track(self, queue: QueueStats) -> None:
+        with self._lock:
+            self._queues.add(queue)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        depth = GaugeMetricFamily(
+            "workqueue_depth", "Current depth of workqueue: keys ready to be processed "
+            "(not those waiting out a delay or a backoff).", labels=["name"])
+        unfinished = GaugeMetricFamily(
+            "workqueue_unfinished_work_seconds", "How many seconds of work has been done "
+            "that is in progress and hasn't been observed by work_duration. Large values "
+            "indicate stuck threads.", labels=["name"])
+        longest = GaugeMetricFamily(
+            "workqueue_longest_running_processor_seconds", "How many seconds has the "
+            "longest running processor for workqueue been running.", labels=["name"])
+        totals: dict[str, list[float]] = {}
+        with self._lock:
+            queues = list(self._queues)
+        for queue in queues:
+            stats = queue.stats()
+            if stats is None:
+                continue
+            total = totals.setdefault(queue.name, [0, 0.0, 0.0])
+            total[0] += stats[0]
+            total[1] += stats[1]
+            total[2] = max(total[2], stats[2])
+        for name, (ready, work, longest_seconds) in sorted(totals.items()):
+            depth.add_metric([name], ready)
+            unfinished.add_metric([name], work)
+            longest.add_metric([name], longest_seconds)
+        yield depth
+        yield unfinished
+        yield longest
+
+
+WORKQUEUE_GAUGES = _QueueGauges()
+REGISTRY.register(WORKQUEUE_GAUGES)
+
 # -- watches ---------------------------------------------------------------------------
 WATCH_RESTARTS = Counter(
     "operator_kit_watch_restarts",
@@ -67,6 +245,12 @@ LEADER = Gauge(
     "1 while this replica holds the operator's Lease, else 0.",
     ["operator"],
 )
+LEADER_MASTER = Gauge(
+    "leader_election_master_status",
+    "Gauge of if the reporting system is master of the relevant lease, 0 indicates "
+    "backup, 1 indicates master. 'name' is the string used to identify the lease.",
+    ["name"],
+)
 
 # -- webhooks --------------------------------------------------------------------------
 WEBHOOK_REQUESTS = Counter(
@@ -74,6 +258,21 @@ WEBHOOK_REQUESTS = Counter(
     "Webhook requests by path and outcome (allowed, denied, patched, converted, "
     "bad_request, error).",
     ["path", "outcome"],
+)
+CR_WEBHOOK_REQUESTS = Counter(
+    "controller_runtime_webhook_requests",
+    "Total number of admission requests by HTTP status code.",
+    ["webhook", "code"],
+)
+CR_WEBHOOK_LATENCY = Histogram(
+    "controller_runtime_webhook_latency_seconds",
+    "Histogram of the latency of processing admission requests.",
+    ["webhook"],
+)
+CR_WEBHOOK_IN_FLIGHT = Gauge(
+    "controller_runtime_webhook_requests_in_flight",
+    "Current number of admission requests being served.",
+    ["webhook"],
 )
 WEBHOOK_READ_TIMEOUTS = Counter(
     "operator_kit_webhook_read_timeouts",

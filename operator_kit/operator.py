@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -122,6 +121,10 @@ class Operator:
         if self._namespace is None:
             self._namespace = current_namespace(self.kubeconfig)
         return self._namespace
+
+    @namespace.setter
+    def namespace(self, value: str) -> None:
+        self._namespace = value
 
     @property
     def elector(self) -> LeaderElector | None:
@@ -368,21 +371,17 @@ class Operator:
 
     def serve_in_background(self) -> None:
         """Start the controllers without blocking (used in the gunicorn worker)."""
+        from operator_kit.cli import apply_environment
+
+        apply_environment(self)  # OPERATOR_KIT_NAMESPACE, OPERATOR_KIT_WATCH_NAMESPACE
         self.start()
 
     def main(self, argv: list[str] | None = None) -> int:
-        """An entry point: ``--manifests [...]`` prints the manifests, else `run()`."""
-        args = sys.argv[1:] if argv is None else argv
-        if args and args[0] == "--manifests":
-            from operator_kit.manifests.__main__ import main as manifests
+        """The operator's command line (`operator_kit.cli`): flags, probes, metrics, logs;
+        ``--manifests [...]`` prints the manifests. Returns the exit code."""
+        from operator_kit.cli import main
 
-            module = sys.modules.get("__main__")
-            spec = getattr(getattr(module, "__spec__", None), "name", None)
-            app = f"{(spec or 'main').removesuffix('.__main__')}:operator"
-            return manifests(args[1:], operator=self, app=app)
-        logging.basicConfig(level=logging.INFO,
-                            format="%(asctime)s %(levelname)s %(name)s %(message)s")
-        return self.run()
+        return main(self, argv)
 
     def run(self) -> int:
         """Run until SIGTERM or SIGINT; then stop cleanly. Returns the exit code."""

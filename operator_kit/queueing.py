@@ -44,6 +44,13 @@ Failures: :meth:`WorkQueue.add_failure` counts consecutive failures per key and 
 the key by ``failure_backoff.delay(failures)`` -- 5 s, 10 s, 20 s ... up to 5 min by
 default; :meth:`WorkQueue.forget` resets the count after a success.
 
+Metrics (client-go's ``workqueue_*`` names, label ``name``): ``adds_total`` counts keys
+made dirty (a key already waiting is not counted again), ``queue_duration_seconds`` the
+time from a key being due to a worker taking it, ``work_duration_seconds`` from ``get``
+to ``done``; ``depth`` (ready keys only, never those waiting out a delay or backoff),
+``unfinished_work_seconds`` and ``longest_running_processor_seconds`` are read from
+`stats` when scraped.
+
 Cost: ``add``, ``get`` and ``done`` are O(1) for ready keys and O(log n) for delayed
 ones, for any number of keys.
 """
@@ -59,6 +66,8 @@ from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
+
+from operator_kit import metrics
 
 __all__ = ["Backoff", "Key", "WorkQueue"]
 
@@ -147,6 +156,12 @@ class WorkQueue(Generic[K]):
         self._sequence = itertools.count()
         self._failures: dict[K, int] = {}
         self._shutting_down = False
+        self._due_at: dict[K, float] = {}  # dirty key -> when it became due
+        self._started_at: dict[K, float] = {}  # processing key -> when get() handed it out
+        self._adds = metrics.WORKQUEUE_ADDS.labels(name)
+        self._queue_duration = metrics.WORKQUEUE_QUEUE_DURATION.labels(name)
+        self._work_duration = metrics.WORKQUEUE_WORK_DURATION.labels(name)
+        metrics.WORKQUEUE_GAUGES.track(self)
 
     def __repr__(self) -> str:
         with self._lock:
@@ -215,6 +230,10 @@ class WorkQueue(Generic[K]):
                     key = self._ready.popleft()
                     self._dirty.discard(key)
                     self._processing.add(key)
+                    now = self._clock()
+                    due = self._due_at.pop(key, now)
+                    self._queue_duration.observe(max(0.0, now - due))
+                    self._started_at[key] = now
                     return key
                 wait = self._seconds_to_next_due()
                 if deadline is not None:
@@ -234,6 +253,9 @@ class WorkQueue(Generic[K]):
             if key not in self._processing:
                 return
             self._processing.remove(key)
+            started = self._started_at.pop(key, None)
+            if started is not None:
+                self._work_duration.observe(max(0.0, self._clock() - started))
             if key in self._dirty:
                 self._ready.append(key)
                 self._has_work.notify()
@@ -265,6 +287,18 @@ class WorkQueue(Generic[K]):
         """
         with self._lock:
             return len(self._dirty) + len(self._delayed)
+
+    def stats(self) -> tuple[int, float, float] | None:
+        """For the ``workqueue_*`` gauges: (keys ready now -- due, not held by a worker --,
+        seconds of work in progress summed, the longest one's seconds); None after
+        shutdown."""
+        with self._lock:
+            if self._shutting_down:
+                return None
+            now = self._clock()
+            due = sum(1 for at in self._delayed.values() if at <= now)
+            running = [now - at for at in self._started_at.values()]
+            return len(self._ready) + due, sum(running), max(running, default=0.0)
 
     def in_flight(self) -> int:
         """The number of keys being processed now."""
@@ -308,10 +342,12 @@ class WorkQueue(Generic[K]):
             self._has_work.notify_all()
         self._compact_heap()
 
-    def _make_dirty(self, key: K) -> None:
+    def _make_dirty(self, key: K, due: float | None = None) -> None:
         if key in self._dirty:
             return
         self._dirty.add(key)
+        self._adds.inc()
+        self._due_at[key] = self._clock() if due is None else due
         if key not in self._processing:  # a processing key waits for done()
             self._ready.append(key)
             self._has_work.notify()
@@ -325,7 +361,7 @@ class WorkQueue(Generic[K]):
             due, _, key = heapq.heappop(self._heap)
             if self._delayed.get(key) == due:
                 del self._delayed[key]
-                self._make_dirty(key)
+                self._make_dirty(key, due)
 
     def _next_due(self) -> float | None:
         """The earliest due time of a delayed key, dropping stale heap entries on the way."""

@@ -43,7 +43,9 @@ How one request flows (`Webhooks._view`):
    whole review (the API server never sees a partial list).
 
 Every request is counted in ``operator_kit_webhook_requests_total{path,outcome}`` and
-timed in ``operator_kit_webhook_duration_seconds{path}``.
+timed in ``operator_kit_webhook_duration_seconds{path}``, and under controller-runtime's
+names: ``controller_runtime_webhook_requests_total{webhook,code}`` (the HTTP status),
+``..._latency_seconds{webhook}`` and ``..._requests_in_flight{webhook}``.
 
 ``gunicorn operator_kit.webhooks:app`` serves the object named by ``OPERATOR_KIT_APP``
 (``MODULE:ATTR``): the module attribute ``app`` is resolved lazily (`load_app`), so
@@ -69,6 +71,7 @@ from typing import Any, Generic, Literal, TypeVar
 import flask
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, RequestEntityTooLarge
 
+from operator_kit import metrics
 from operator_kit.metrics import WEBHOOK_DURATION, WEBHOOK_REQUESTS
 from operator_kit.resources import CustomResource, InvalidResource
 
@@ -300,23 +303,32 @@ class Webhooks(flask.Flask):
     def _view(
         self, path: str, answer: _Answer, api_version: str, review_kind: str, limit: int
     ) -> Callable[[], flask.Response]:
+        in_flight = metrics.CR_WEBHOOK_IN_FLIGHT.labels(path)
+
         def view() -> flask.Response:
             started = time.perf_counter()
             outcome = "error"
+            code = 500
+            in_flight.inc()
             try:
                 review = self._read_review(api_version, review_kind, limit)
                 body, outcome = answer(review)
+                code = 200
                 return _json(body, 200)
             except _BadInput as bad:
-                outcome = "bad_request"
+                outcome, code = "bad_request", bad.status
                 logger.warning("webhook %s: bad request: %s", path, bad.message)
                 return _json({"error": bad.message}, bad.status)
             except Exception:  # a bug here, not in a handler: still no traceback out
                 logger.exception("webhook %s: unexpected error answering a request", path)
                 return _json({"error": f"internal error in webhook {path}"}, 500)
             finally:
+                in_flight.dec()
+                elapsed = time.perf_counter() - started
                 WEBHOOK_REQUESTS.labels(path, outcome).inc()
-                WEBHOOK_DURATION.labels(path).observe(time.perf_counter() - started)
+                WEBHOOK_DURATION.labels(path).observe(elapsed)
+                metrics.CR_WEBHOOK_REQUESTS.labels(path, str(code)).inc()
+                metrics.CR_WEBHOOK_LATENCY.labels(path).observe(elapsed)
 
         return view
 
@@ -368,6 +380,7 @@ class Webhooks(flask.Flask):
         request = flask.request
         if request.path in self._registrations:
             WEBHOOK_REQUESTS.labels(request.path, "bad_request").inc()
+            metrics.CR_WEBHOOK_REQUESTS.labels(request.path, str(err.code or 500)).inc()
         if isinstance(err, MethodNotAllowed):
             message = f"method {request.method} is not allowed on {request.path}; use POST"
         else:

@@ -77,6 +77,7 @@ class WidgetController(Controller[Widget]):
         import time
 
         self.recorder.record(obj.name, time.monotonic())
+        ctx.log.info("widget of size %d", obj.spec.size)
         ctx.apply_owned(obj, {
             "apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": obj.name},

@@ -1,0 +1,390 @@
+"""The operator's own command line: ``python -m my_operator [flags]`` (`Operator.main`).
+
+A plain run connects to the cluster, runs the controllers (under the Lease, if the
+operator elects a leader) until SIGTERM or SIGINT, and serves, as controller-runtime's
+managers do, the probes and the metrics on ports of their own:
+
+- ``--namespace NS`` (``OPERATOR_KIT_NAMESPACE``): where the operator runs; default: the
+  pod's, or the kubeconfig context's.
+- ``--watch-namespace NS`` (``OPERATOR_KIT_WATCH_NAMESPACE``): default: all namespaces.
+- ``--kubeconfig PATH`` (``KUBECONFIG``): default: in-cluster, else ``~/.kube/config``.
+- ``--log-level LEVEL`` (``OPERATOR_KIT_LOG_LEVEL``): debug, info (default), warning,
+  error, critical.
+- ``--log-format text|json`` (``OPERATOR_KIT_LOG_FORMAT``): default: text.
+- ``--health-probe-bind-address ADDR`` (``OPERATOR_KIT_HEALTH_PROBE_BIND_ADDRESS``):
+  default ``:8081`` in a pod, else ``127.0.0.1:8081``.
+- ``--metrics-bind-address ADDR`` (``OPERATOR_KIT_METRICS_BIND_ADDRESS``): default
+  ``:8080`` in a pod, else ``127.0.0.1:8080``.
+- ``--manifests ...``: print the manifests and exit (the flags of
+  ``python -m operator_kit.manifests`` follow it).
+- ``--help``, ``--version``.
+
+``--namespace`` is where the operator itself runs (its Lease and webhook Secret live
+there), as for ``--manifests --namespace``; ``--watch-namespace`` restricts the
+controllers of namespaced kinds that would otherwise watch every namespace. An address
+is ``HOST:PORT`` or ``:PORT`` (every interface); ``0`` turns that server off; both flags
+may name one address, which then serves all three paths. The probe server answers
+``/livez`` and ``/readyz``, the metrics server ``/metrics``, with the same views gunicorn
+serves on the webhook port (`Operator.webhooks`).
+
+Under gunicorn (``OPERATOR_KIT_APP=... gunicorn operator_kit.webhooks:app``) the same
+environment variables set the namespaces, the log level and the format
+(`apply_environment`, `operator_kit.gunicorn_conf`); the probes and metrics are then on
+gunicorn's port. Both ways log alike (`operator_kit.logs`).
+
+Bad input — an unknown flag, a bad value (flag or environment), a kubeconfig that does
+not exist, an address already in use — is one line on stderr that names the problem and
+the fix, and exit code 2; never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import importlib.metadata
+import logging
+import os
+import socket
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from socketserver import ThreadingMixIn
+from typing import TYPE_CHECKING, Any, NoReturn
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
+
+from operator_kit import logs
+
+if TYPE_CHECKING:
+    from operator_kit.operator import Operator
+
+__all__ = ["Settings", "UsageError", "apply_environment", "main", "parse"]
+
+log = logging.getLogger("operator_kit.cli")
+
+ENV = {
+    "namespace": "OPERATOR_KIT_NAMESPACE",
+    "watch_namespace": "OPERATOR_KIT_WATCH_NAMESPACE",
+    "kubeconfig": "KUBECONFIG",
+    "log_level": "OPERATOR_KIT_LOG_LEVEL",
+    "log_format": "OPERATOR_KIT_LOG_FORMAT",
+    "health_probe_bind_address": "OPERATOR_KIT_HEALTH_PROBE_BIND_ADDRESS",
+    "metrics_bind_address": "OPERATOR_KIT_METRICS_BIND_ADDRESS",
+}
+PROBE_PORT, METRICS_PORT = 8081, 8080
+
+
+class UsageError(Exception):
+    """Bad input on the command line or in the environment: exit code 2."""
+
+
+@dataclass(frozen=True)
+class Address:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the command line and the environment asked for."""
+
+    namespace: str | None = None
+    watch_namespace: str | None = None
+    kubeconfig: str | None = None
+    log_level: str = "info"
+    log_format: str = "text"
+    health_probe_bind_address: Address | None = None
+    metrics_bind_address: Address | None = None
+    manifests: list[str] | None = None
+
+
+class _Exit(Exception):
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports instead of exiting, so `main` decides the one line and code."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message}; run {self.prog} --help for the flags")
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        if message:
+            sys.stderr.write(message)
+        raise _Exit(status)
+
+
+def _parser(prog: str, version: str) -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=prog, description="Run the operator: its controllers, the probes and the "
+        "metrics, until SIGTERM or SIGINT.",
+        epilog="Each flag's environment variable is used when the flag is not given. "
+        "Under gunicorn the probes and metrics are on gunicorn's port instead.")
+    parser.add_argument("--version", action="version", version=version)
+    parser.add_argument("--namespace", metavar="NS", help="the namespace the operator runs "
+                        f"in: its Lease and webhook Secret live there (${ENV['namespace']}; "
+                        "default: the pod's, or the kubeconfig context's)")
+    parser.add_argument("--watch-namespace", metavar="NS", help="watch only this namespace "
+                        f"(${ENV['watch_namespace']}; default: all namespaces)")
+    parser.add_argument("--kubeconfig", metavar="PATH", help="the cluster to connect to "
+                        "($KUBECONFIG; default: in-cluster, else ~/.kube/config)")
+    parser.add_argument("--log-level", metavar="LEVEL", help=f"{', '.join(logs.LEVELS)} "
+                        f"(${ENV['log_level']}; default: info)")
+    parser.add_argument("--log-format", metavar="FORMAT", help="text, or json for one "
+                        f"object per line (${ENV['log_format']}; default: text)")
+    parser.add_argument("--health-probe-bind-address", metavar="ADDR", help="where /livez "
+                        f"and /readyz are served; 0 turns it off "
+                        f"(${ENV['health_probe_bind_address']}; default: :{PROBE_PORT} in a "
+                        f"pod, else 127.0.0.1:{PROBE_PORT})")
+    parser.add_argument("--metrics-bind-address", metavar="ADDR", help="where /metrics is "
+                        f"served; 0 turns it off (${ENV['metrics_bind_address']}; default: "
+                        f":{METRICS_PORT} in a pod, else 127.0.0.1:{METRICS_PORT})")
+    parser.add_argument("--manifests", nargs=argparse.REMAINDER, metavar="...",
+                        help="print the operator's manifests (for kubectl apply -f -) and "
+                        "exit; what follows are the flags of python -m operator_kit.manifests")
+    return parser
+
+
+def parse(argv: list[str], *, prog: str = "operator", version: str = "",
+          environ: dict[str, str] | None = None) -> Settings:
+    """The settings `argv` and `environ` (default: os.environ) ask for; `UsageError` for
+    bad input. Raises `_Exit` after ``--help`` or ``--version`` was printed."""
+    env = os.environ if environ is None else environ
+    args = _parser(prog, version).parse_args(argv)
+    if args.manifests is not None:
+        return Settings(manifests=list(args.manifests))
+
+    def value(name: str) -> tuple[str | None, str]:
+        flag = "--" + name.replace("_", "-")
+        given = getattr(args, name)
+        if given is not None:
+            return given, flag
+        return env.get(ENV[name]) or None, ENV[name]
+
+    level, where = value("log_level")
+    if level is not None:
+        try:
+            logs.parse_level(level)
+        except ValueError:
+            raise UsageError(f"{where} {level!r} is not a log level; use one of "
+                             f"{', '.join(logs.LEVELS)}") from None
+    fmt, fmt_where = value("log_format")
+    if fmt is not None and fmt not in logs.FORMATS:
+        raise UsageError(f"{fmt_where} {fmt!r} is not a log format; use text or json")
+    kubeconfig, kube_where = value("kubeconfig")
+    if kubeconfig is not None:
+        first = kubeconfig.split(os.pathsep)[0]
+        if not os.path.isfile(first):
+            raise UsageError(f"{kube_where} {first}: no such file; point it at the cluster's "
+                             "kubeconfig (python -m operator_kit.localcluster up prints one), "
+                             "or leave it unset to use in-cluster or ~/.kube/config")
+    in_pod = bool(env.get("KUBERNETES_SERVICE_HOST"))
+    addresses = []
+    for name, port in (("health_probe_bind_address", PROBE_PORT),
+                       ("metrics_bind_address", METRICS_PORT)):
+        text, from_ = value(name)
+        if text is None:
+            text = f":{port}" if in_pod else f"127.0.0.1:{port}"
+        addresses.append(parse_address(text, from_))
+    return Settings(namespace=value("namespace")[0],
+                    watch_namespace=value("watch_namespace")[0],
+                    kubeconfig=kubeconfig, log_level=(level or "info").lower(),
+                    log_format=fmt or "text", health_probe_bind_address=addresses[0],
+                    metrics_bind_address=addresses[1])
+
+
+def parse_address(text: str, where: str) -> Address | None:
+    """``HOST:PORT``, ``:PORT`` or ``[V6]:PORT`` as an Address; ``0`` as None (off)."""
+    text = text.strip()
+    if text == "0":
+        return None
+    host, sep, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not port.isdigit() or int(port) > 65535 or (":" in host and not
+                                                                text.startswith("[")):
+        raise UsageError(f"{where} {text!r} is not an address; give HOST:PORT or :PORT "
+                         "(for example 127.0.0.1:8081 or :8081), or 0 to turn it off")
+    return Address(host or "0.0.0.0", int(port))
+
+
+def apply_environment(operator: Operator, settings: Settings | None = None) -> None:
+    """Give `operator` the namespaces and kubeconfig the settings (by default: the
+    environment variables, as under gunicorn) name."""
+    if settings is None:
+        settings = Settings(namespace=os.environ.get(ENV["namespace"]) or None,
+                            watch_namespace=os.environ.get(ENV["watch_namespace"]) or None)
+    if settings.namespace:
+        operator.namespace = settings.namespace
+    if settings.kubeconfig:
+        operator.kubeconfig = settings.kubeconfig
+    if settings.watch_namespace:
+        for controller in operator.controllers:
+            if controller.namespace is None and controller.resource.namespaced:
+                controller.namespace = settings.watch_namespace
+
+
+# -- the probe and metrics servers -------------------------------------------------------
+
+class _QuietHandler(WSGIRequestHandler):
+    """No line per request: the kubelet probes every few seconds."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s %s", self.address_string(), format % args)
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+class HttpServer:
+    """A small threaded HTTP server for the given paths of a Flask app, in its own thread."""
+
+    def __init__(self, what: str, address: Address, flag: str, app: Any) -> None:
+        self.what = what
+        server_class: type[_Server] = _Server
+        if ":" in address.host:
+            server_class = type("_Server6", (_Server,), {"address_family": socket.AF_INET6})
+        try:
+            self._server = server_class((address.host, address.port), _QuietHandler)
+        except OSError as err:
+            if err.errno == errno.EADDRINUSE:
+                raise UsageError(f"{flag} {address}: the address is already in use; stop what "
+                                 "listens there, choose another port, or give 0 to turn the "
+                                 f"{what} server off") from None
+            raise UsageError(f"{flag} {address}: cannot listen there ({err.strerror}); choose "
+                             f"another address, or give 0 to turn the {what} server off"
+                             ) from None
+        self._server.set_app(app)
+        host, port = self._server.server_address[:2]
+        self.address = Address(str(host), int(port))
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        name=f"{what}-server", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+        log.info("serving %s on http://%s", self.what, self.address)
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self._server.shutdown()
+            self._thread.join(5)
+        self._server.server_close()
+
+
+def servers(operator: Operator, settings: Settings) -> list[HttpServer]:
+    """Bind the probe and metrics servers (one, when both name the same address)."""
+    import flask
+
+    views = operator.webhooks.view_functions
+    groups: dict[Address, list[tuple[str, str, list[str]]]] = {}
+    for address, what, flag, paths in (
+            (settings.health_probe_bind_address, "probes", "--health-probe-bind-address",
+             ["livez", "readyz"]),
+            (settings.metrics_bind_address, "metrics", "--metrics-bind-address", ["metrics"])):
+        if address is not None:
+            groups.setdefault(address, []).append((what, flag, paths))
+    bound: list[HttpServer] = []
+    try:
+        for address, parts in groups.items():
+            what = " and ".join(part[0] for part in parts)
+            app = flask.Flask(f"operator_kit.{parts[0][0]}")
+            for path in (path for part in parts for path in part[2]):
+                app.add_url_rule(f"/{path}", path, views[path])
+            bound.append(HttpServer(what, address, parts[0][1], app))
+    except UsageError:
+        for server in bound:
+            server.stop()
+        raise
+    return bound
+
+
+# -- main --------------------------------------------------------------------------------
+
+def _program() -> tuple[str, str]:
+    """(how the user ran us, the module passed to -m or "")."""
+    module = sys.modules.get("__main__")
+    spec = getattr(getattr(module, "__spec__", None), "name", None)
+    if spec:
+        name = spec.removesuffix(".__main__")
+        return f"python -m {name}", name
+    return os.path.basename(sys.argv[0]) or "operator", ""
+
+
+def _version(operator: Operator, module: str) -> str:
+    """``<operator> <its package's version> (operator_kit <version>)``."""
+    from operator_kit import __version__ as kit
+
+    package = module.partition(".")[0]
+    mine = "(unknown version)"
+    if package:
+        found = getattr(sys.modules.get(package), "__version__", None)
+        for dist in importlib.metadata.packages_distributions().get(package, []):
+            try:
+                found = importlib.metadata.version(dist)
+                break
+            except importlib.metadata.PackageNotFoundError:
+                continue
+        mine = str(found) if found else mine
+    return f"{operator.name} {mine} (operator_kit {kit})"
+
+
+def main(operator: Operator, argv: list[str] | None = None,
+         run: Callable[[], int] | None = None) -> int:
+    """Parse `argv` (default: sys.argv[1:]), then print the manifests or run `operator`
+    with its probe and metrics servers. Returns the exit code."""
+    prog, module = _program()
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        settings = parse(args, prog=prog, version=_version(operator, module))
+    except _Exit as done:
+        return done.status
+    except UsageError as err:
+        return _usage(prog, err)
+    if settings.manifests is not None:
+        from operator_kit.manifests.__main__ import main as manifests
+
+        return manifests(settings.manifests, operator=operator,
+                         app=f"{module or 'main'}:operator")
+    logs.configure(settings.log_level, settings.log_format)
+    apply_environment(operator, settings)
+    try:
+        _check_connection_settings(operator)
+        bound = servers(operator, settings)
+    except UsageError as err:
+        return _usage(prog, err)
+    for server in bound:
+        server.start()
+    try:
+        return (run or operator.run)()
+    finally:
+        for server in bound:
+            server.stop()
+
+
+def _check_connection_settings(operator: Operator) -> None:
+    """Load the kubeconfig now (no request is sent), so a bad one is a usage error."""
+    from kubernetes.config import ConfigException
+
+    from operator_kit.client import ConfigurationError
+
+    try:
+        operator.api  # noqa: B018 - builds the ApiClient from the configuration
+    except (ConfigurationError, ConfigException) as err:
+        raise UsageError(f"{_one_line(err)}") from None
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split())
+
+
+def _usage(prog: str, err: UsageError) -> int:
+    print(f"{prog}: error: {_one_line(err)}", file=sys.stderr)
+    return 2

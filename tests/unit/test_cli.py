@@ -1,0 +1,356 @@
+"""The operator's command line (`Operator.main`): each flag, its environment variable,
+and bad input as one line with exit code 2.
+
+The probe and metrics servers are exercised here on loopback with an operator that is
+never started (no request reaches a cluster: `main` is given a `run` that only probes
+the servers); the same against a real API server is in tests/cluster/test_cli_cluster.py.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from operator_kit import Action, Context, Controller, CustomResource, Operator, cli
+from operator_kit.cli import Address, Settings, UsageError, parse
+from operator_kit.localcluster.plane import free_port
+
+
+@dataclass
+class ThingSpec:
+    size: int = 0
+
+
+class Thing(CustomResource):
+    group = "cli.operator-kit.test"
+    version = "v1"
+    kind = "Thing"
+    spec: ThingSpec
+
+
+@dataclass
+class ClusterThingSpec:
+    size: int = 0
+
+
+class ClusterThing(CustomResource):
+    group = "cli.operator-kit.test"
+    version = "v1"
+    kind = "ClusterThing"
+    namespaced = False
+    spec: ClusterThingSpec
+
+
+class ThingController(Controller[Thing]):
+    resource = Thing
+
+    def reconcile(self, obj: Thing, ctx: Context) -> Action:
+        return Action.await_change()
+
+
+class ClusterThingController(Controller[ClusterThing]):
+    resource = ClusterThing
+
+    def reconcile(self, obj: ClusterThing, ctx: Context) -> Action:
+        return Action.await_change()
+
+
+@pytest.fixture
+def kubeconfig(tmp_path: Path) -> Path:
+    """A kubeconfig that loads (nothing ever connects to its server)."""
+    path = tmp_path / "kubeconfig"
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u",
+                                                "namespace": "from-context"}}]}))
+    return path
+
+
+@pytest.fixture(autouse=True)
+def restore_logging() -> Iterator[None]:
+    root = logging.getLogger()
+    saved = (root.level, list(root.handlers))
+    yield
+    root.setLevel(saved[0])
+    root.handlers[:] = saved[1]
+
+
+def run_main(operator: Operator, argv: list[str], capsys: pytest.CaptureFixture[str],
+             run: Any = None) -> tuple[int, str, str]:
+    code = cli.main(operator, argv, run=run or (lambda: 0))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+# -- parsing -----------------------------------------------------------------------------
+
+def test_without_flags_probes_and_metrics_listen_on_loopback_outside_a_pod() -> None:
+    settings = parse([], environ={})
+    assert settings == Settings(health_probe_bind_address=Address("127.0.0.1", 8081),
+                                metrics_bind_address=Address("127.0.0.1", 8080))
+
+
+def test_in_a_pod_probes_and_metrics_listen_on_every_interface() -> None:
+    settings = parse([], environ={"KUBERNETES_SERVICE_HOST": "10.0.0.1"})
+    assert settings.health_probe_bind_address == Address("0.0.0.0", 8081)
+    assert settings.metrics_bind_address == Address("0.0.0.0", 8080)
+
+
+def test_each_flag_is_read(kubeconfig: Path) -> None:
+    settings = parse(["--namespace", "ops", "--watch-namespace", "apps", "--kubeconfig",
+                      str(kubeconfig), "--log-level", "DEBUG", "--log-format", "json",
+                      "--health-probe-bind-address", ":9001",
+                      "--metrics-bind-address", "[::1]:9002"], environ={})
+    assert settings == Settings(
+        namespace="ops", watch_namespace="apps", kubeconfig=str(kubeconfig),
+        log_level="debug", log_format="json",
+        health_probe_bind_address=Address("0.0.0.0", 9001),
+        metrics_bind_address=Address("::1", 9002))
+
+
+def test_each_environment_variable_is_read_and_a_flag_wins_over_it(kubeconfig: Path) -> None:
+    environ = {"OPERATOR_KIT_NAMESPACE": "ops", "OPERATOR_KIT_WATCH_NAMESPACE": "apps",
+               "KUBECONFIG": str(kubeconfig), "OPERATOR_KIT_LOG_LEVEL": "warning",
+               "OPERATOR_KIT_LOG_FORMAT": "json",
+               "OPERATOR_KIT_HEALTH_PROBE_BIND_ADDRESS": "0",
+               "OPERATOR_KIT_METRICS_BIND_ADDRESS": "127.0.0.2:9100"}
+    settings = parse([], environ=environ)
+    assert settings == Settings(
+        namespace="ops", watch_namespace="apps", kubeconfig=str(kubeconfig),
+        log_level="warning", log_format="json", health_probe_bind_address=None,
+        metrics_bind_address=Address("127.0.0.2", 9100))
+    assert parse(["--log-format", "text", "--namespace", "mine"],
+                 environ=environ).log_format == "text"
+    assert parse(["--namespace", "mine"], environ=environ).namespace == "mine"
+
+
+def test_zero_turns_a_server_off() -> None:
+    settings = parse(["--health-probe-bind-address", "0", "--metrics-bind-address", "0"],
+                     environ={})
+    assert settings.health_probe_bind_address is None
+    assert settings.metrics_bind_address is None
+
+
+def test_manifests_takes_every_flag_after_it() -> None:
+    assert parse(["--manifests", "--namespace", "x"], environ={}).manifests == [
+        "--namespace", "x"]
+
+
+@pytest.mark.parametrize(("argv", "environ", "message"), [
+    (["--log-level", "loud"], {}, "--log-level 'loud' is not a log level; use one of debug"),
+    ([], {"OPERATOR_KIT_LOG_LEVEL": "loud"}, "OPERATOR_KIT_LOG_LEVEL 'loud' is not a log"),
+    (["--log-format", "xml"], {}, "--log-format 'xml' is not a log format; use text or json"),
+    (["--metrics-bind-address", "8080"], {}, "--metrics-bind-address '8080' is not an "
+     "address; give HOST:PORT or :PORT"),
+    ([], {"OPERATOR_KIT_HEALTH_PROBE_BIND_ADDRESS": "host:http"},
+     "OPERATOR_KIT_HEALTH_PROBE_BIND_ADDRESS 'host:http' is not an address"),
+    (["--metrics-bind-address", ":70000"], {}, "is not an address"),
+    (["--kubeconfig", "/no/such/kubeconfig"], {}, "--kubeconfig /no/such/kubeconfig: no such "
+     "file; point it at the cluster's kubeconfig"),
+    ([], {"KUBECONFIG": "/no/such/kubeconfig"}, "KUBECONFIG /no/such/kubeconfig: no such file"),
+    (["--bogus"], {}, "unrecognized arguments: --bogus; run operator --help for the flags"),
+    (["--namespace"], {}, "argument --namespace: expected one argument"),
+])
+def test_bad_input_is_a_usage_error_naming_the_problem_and_the_fix(
+        argv: list[str], environ: dict[str, str], message: str) -> None:
+    with pytest.raises(UsageError) as raised:
+        parse(argv, environ=environ)
+    assert message in str(raised.value)
+
+
+# -- main --------------------------------------------------------------------------------
+
+def test_an_unknown_flag_exits_2_with_one_line_and_runs_nothing(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    ran: list[bool] = []
+    code, out, err = run_main(Operator("op", [ThingController()]), ["--bogus"], capsys,
+                              run=lambda: ran.append(True) or 0)
+    assert (code, out, ran) == (2, "", [])
+    assert err.count("\n") == 1
+    assert err.endswith("error: unrecognized arguments: --bogus; run "
+                        f"{cli._program()[0]} --help for the flags\n")
+
+
+def test_help_lists_every_flag_and_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_main(Operator("op", [ThingController()]), ["--help"], capsys)
+    assert code == 0
+    for flag in ("--version", "--namespace", "--watch-namespace", "--kubeconfig",
+                 "--log-level", "--log-format", "--health-probe-bind-address",
+                 "--metrics-bind-address", "--manifests"):
+        assert flag in out
+
+
+def test_version_names_the_operator_and_operator_kit(capsys: pytest.CaptureFixture[str]) -> None:
+    import operator_kit
+
+    code, out, _ = run_main(Operator("my-op", [ThingController()]), ["--version"], capsys)
+    assert code == 0
+    assert out.startswith("my-op ")
+    assert out.endswith(f"(operator_kit {operator_kit.__version__})\n")
+
+
+def test_a_kubeconfig_that_does_not_exist_exits_2_with_one_line(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBECONFIG", "/no/such/kubeconfig")
+    code, _, err = run_main(Operator("op", [ThingController()]), [], capsys)
+    assert code == 2
+    assert err.count("\n") == 1 and "KUBECONFIG /no/such/kubeconfig: no such file" in err
+
+
+def test_a_kubeconfig_that_does_not_parse_exits_2_with_one_line(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    broken = tmp_path / "broken"
+    broken.write_text("apiVersion: v1\nkind: Config\nclusters: []\n")
+    code, _, err = run_main(Operator("op", [ThingController()]),
+                            ["--kubeconfig", str(broken), "--metrics-bind-address", "0",
+                             "--health-probe-bind-address", "0"], capsys)
+    assert code == 2
+    assert err.count("\n") == 1 and "error:" in err
+
+
+def test_an_address_in_use_exits_2_naming_the_flag_and_the_fix(
+        capsys: pytest.CaptureFixture[str], kubeconfig: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, _, err = run_main(Operator("op", [ThingController()]),
+                                ["--kubeconfig", str(kubeconfig), "--metrics-bind-address",
+                                 f"127.0.0.1:{port}", "--health-probe-bind-address", "0"],
+                                capsys)
+    assert code == 2
+    assert err.count("\n") == 1
+    assert (f"error: --metrics-bind-address 127.0.0.1:{port}: the address is already in use; "
+            "stop what listens there, choose another port, or give 0 to turn the metrics "
+            "server off") in err
+
+
+def test_a_plain_run_serves_probes_and_metrics_on_their_own_ports(
+        capsys: pytest.CaptureFixture[str], kubeconfig: Path) -> None:
+    probes, metrics = free_port(), free_port()
+    seen: dict[str, tuple[int, str]] = {}
+
+    def run() -> int:
+        for name, url in (("livez", f"http://127.0.0.1:{probes}/livez"),
+                          ("readyz", f"http://127.0.0.1:{probes}/readyz"),
+                          ("metrics", f"http://127.0.0.1:{metrics}/metrics"),
+                          ("metrics-on-probes", f"http://127.0.0.1:{probes}/metrics"),
+                          ("livez-on-metrics", f"http://127.0.0.1:{metrics}/livez")):
+            seen[name] = get(url)
+        return 7
+
+    code, _, _ = run_main(Operator("op", [ThingController()]),
+                          ["--kubeconfig", str(kubeconfig), "--health-probe-bind-address",
+                           f"127.0.0.1:{probes}", "--metrics-bind-address",
+                           f"127.0.0.1:{metrics}"], capsys, run=run)
+    assert code == 7  # what run returned
+    assert seen["livez"] == (200, "ok\n")
+    assert seen["readyz"] == (503, "not ready\n")  # its controllers never started
+    assert seen["metrics"][0] == 200 and "# TYPE workqueue_depth gauge" in seen["metrics"][1]
+    assert seen["metrics-on-probes"][0] == 404
+    assert seen["livez-on-metrics"][0] == 404
+    with pytest.raises(urllib.error.URLError):  # stopped once run returned
+        urllib.request.urlopen(f"http://127.0.0.1:{probes}/livez", timeout=2)
+
+
+def test_one_address_for_both_serves_all_three_paths(
+        capsys: pytest.CaptureFixture[str], kubeconfig: Path) -> None:
+    port = free_port()
+    seen: list[int] = []
+
+    def run() -> int:
+        seen.extend(get(f"http://127.0.0.1:{port}/{p}")[0] for p in ("livez", "metrics"))
+        return 0
+
+    address = f"127.0.0.1:{port}"
+    run_main(Operator("op", [ThingController()]),
+             ["--kubeconfig", str(kubeconfig), "--health-probe-bind-address", address,
+              "--metrics-bind-address", address], capsys, run=run)
+    assert seen == [200, 200]
+
+
+def test_namespaces_kubeconfig_and_log_settings_reach_the_operator(
+        capsys: pytest.CaptureFixture[str], kubeconfig: Path) -> None:
+    pinned = ThingController()
+    pinned.name = "pinned"
+    pinned.namespace = "elsewhere"
+    everywhere, cluster_scoped = ThingController(), ClusterThingController()
+    operator = Operator("op", [everywhere, pinned, cluster_scoped])
+    seen: dict[str, Any] = {}
+
+    def run() -> int:
+        seen["namespace"] = operator.namespace
+        seen["kubeconfig"] = operator.kubeconfig
+        seen["watched"] = [c.namespace for c in operator.controllers]
+        seen["level"] = logging.getLogger().level
+        return 0
+
+    run_main(operator, ["--kubeconfig", str(kubeconfig), "--namespace", "ops",
+                        "--watch-namespace", "apps", "--log-level", "debug",
+                        "--health-probe-bind-address", "0", "--metrics-bind-address", "0"],
+             capsys, run=run)
+    assert seen == {"namespace": "ops", "kubeconfig": str(kubeconfig),
+                    "watched": ["apps", "elsewhere", None], "level": logging.DEBUG}
+
+
+def test_without_namespace_the_kubeconfig_context_names_it(
+        capsys: pytest.CaptureFixture[str], kubeconfig: Path) -> None:
+    operator = Operator("op", [ThingController()])
+    seen: list[str] = []
+    run_main(operator, ["--kubeconfig", str(kubeconfig), "--health-probe-bind-address", "0",
+                        "--metrics-bind-address", "0"], capsys,
+             run=lambda: seen.append(operator.namespace) or 0)
+    assert seen == ["from-context"]
+
+
+def test_json_log_format_makes_every_line_one_json_object(
+        capsys: pytest.CaptureFixture[str], kubeconfig: Path) -> None:
+    def run() -> int:
+        logging.getLogger("operator_kit.test").warning("hello")
+        return 0
+
+    _, _, err = run_main(Operator("op", [ThingController()]),
+                         ["--kubeconfig", str(kubeconfig), "--log-format", "json",
+                          "--health-probe-bind-address", "0", "--metrics-bind-address", "0"],
+                         capsys, run=run)
+    lines = [json.loads(line) for line in err.splitlines()]
+    assert {"time", "level", "logger", "message"} <= set(lines[-1])
+    assert lines[-1]["message"] == "hello"
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--bogus"], "unrecognized arguments: --bogus"),
+    (["--log-level", "loud"], "--log-level 'loud' is not a log level"),
+    (["--kubeconfig", "/no/such/kubeconfig"], "--kubeconfig /no/such/kubeconfig: no such file"),
+])
+def test_python_dash_m_operator_with_bad_input_prints_one_line_and_exits_2(
+        argv: list[str], says: str) -> None:
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "backup_operator", *argv],
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.startswith("python -m backup_operator: error: ")
+    assert result.stderr.count("\n") == 1 and says in result.stderr
+    assert "Traceback" not in result.stderr
