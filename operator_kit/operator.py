@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 
 from kubernetes import client
 
-from operator_kit import leader
 from operator_kit.client import Api, api_client, current_namespace
 from operator_kit.controller import Controller, ControllerRunner
 from operator_kit.events import EventRecorder
