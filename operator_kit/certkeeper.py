@@ -33,7 +33,8 @@ certificates). Every replica runs a keeper; each pass (`sync`, every
    `operator_kit.tls.ServingContext` picks it up for new connections);
 5. checks that every caBundle trusts the certificate this replica serves. If not, the
    replica is not ready (`ready`), and says why in an ERROR log line and a Warning Event
-   ``WebhookCertificateUntrusted`` on the Secret; the Normal ``WebhookCertificateTrusted``
+   ``WebhookCertificateUntrusted`` on the configuration or CRD that does not trust it
+   (cluster-scoped: the Event is in ``default``); the Normal ``WebhookCertificateTrusted``
    follows when it is mended.
 
 With ``manage=False`` (``OPERATOR_KIT_MANAGE_TLS=0``: the certificate is someone else's,
@@ -395,7 +396,10 @@ class CertificateKeeper:
         self._secret_obj = written
         if decision:
             self.rotations += 1
-            logger.info("%s: %s (now %s)", self.where, why, desired)
+            broken = base is not None and leaf_problem(
+                base, service_dns_names(self.service, self.namespace), _now())
+            (logger.warning if broken else logger.info)(
+                "%s: %s (now %s)", self.where, why, desired)
         return desired
 
     def _patch_bundles(self, targets: Sequence[_Target], desired: WebhookCertificate) -> bool:
@@ -424,16 +428,14 @@ class CertificateKeeper:
 
     def _check(self, targets: Sequence[_Target], served: WebhookCertificate | None) -> None:
         now = _now()
-        problem = None
+        problem, about = None, self._secret_obj
         if served is None:
             problem = f"no certificate in {self.directory}"
         else:
             try:
-                broken = leaf_problem(served, (), now)
+                problem = leaf_problem(served, (), now)
             except ValueError as err:
-                broken = f"the served certificate cannot be read: {err}"
-            if broken:
-                problem = broken
+                problem = f"the served certificate cannot be read: {err}"
         for target in targets:
             if problem:
                 break
@@ -442,27 +444,28 @@ class CertificateKeeper:
                            "operator's manifests")
             elif served is not None and not all(trusted_by(served, b, now)
                                                 for b in target.bundles()):
-                problem = (f"the caBundle of {target.kind} {target.name} does not trust the "
-                           f"certificate this replica serves ({served}); the API server "
-                           "would refuse its calls")
-        self._report(problem)
+                problem, about = (
+                    f"the caBundle of {target.kind} {target.name} does not trust the "
+                    f"certificate this replica serves ({served}); the API server would "
+                    "refuse its calls", target.obj)
+        self._report(problem, about or next((t.obj for t in targets if t.obj), None))
 
-    def _report(self, problem: str | None) -> None:
+    def _report(self, problem: str | None, about: dict[str, Any] | None) -> None:
+        """Log and post an Event (on the untrusting object, else the Secret) on a change."""
         if problem == self.problem:
             return
         previous, self.problem = self.problem, problem
-        secret = self._secret_obj
+        who = os.environ.get("POD_NAME", "a replica")
         if problem:
             logger.error("webhook certificate: %s; this replica reports not ready", problem)
-            if self.recorder is not None and secret is not None:
-                self.recorder.event(secret, warning=True, reason="WebhookCertificateUntrusted",
-                                    note=f"{os.environ.get('POD_NAME', 'a replica')}: {problem}")
+            if self.recorder is not None and about is not None:
+                self.recorder.event(about, warning=True, reason="WebhookCertificateUntrusted",
+                                    note=f"{who}: {problem}")
         elif previous and not previous.endswith("not checked yet"):
             logger.info("webhook certificate: trusted by every caBundle again; ready")
-            if self.recorder is not None and secret is not None:
-                self.recorder.event(secret, warning=False, reason="WebhookCertificateTrusted",
-                                    note=f"{os.environ.get('POD_NAME', 'a replica')}: the "
-                                         "served certificate is trusted again")
+            if self.recorder is not None and about is not None:
+                self.recorder.event(about, warning=False, reason="WebhookCertificateTrusted",
+                                    note=f"{who}: the served certificate is trusted again")
 
     # -- the thread ----------------------------------------------------------------------
 
