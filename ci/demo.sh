@@ -12,4 +12,8 @@ if [ -z "${KUBECONFIG:-}" ]; then
   echo "local control plane up; stop it with: python -m operator_kit.localcluster down" >&2
 fi
 python -m pip install -q --disable-pip-version-check --no-deps -e samples/backup
-exec python -m backup_operator.demo "$@"
+# The replicas' TLS keys and a ServiceAccount-token kubeconfig go under this folder; it is
+# removed however the demo stops (Ctrl-C included).
+work="$(mktemp -d "${TMPDIR:-/tmp}/operator-kit-demo.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+TMPDIR="$work" python -m backup_operator.demo "$@"

@@ -73,19 +73,47 @@ def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.timezone.utc)
 
 
-def new_ca(common_name: str, *, days: int = 3650) -> Issued:
-    """A self-signed CA that can sign leaf certificates only (path length 0)."""
+MAX_BACKDATE = datetime.timedelta(minutes=5)
+
+
+def backdate(lifetime: datetime.timedelta) -> datetime.timedelta:
+    """How far before its issue a certificate of `lifetime` is valid from: 5 minutes (for
+    clocks a little behind), or a tenth of a short lifetime (tests use seconds)."""
+    return min(MAX_BACKDATE, lifetime / 10)
+
+
+def issued_at(cert: x509.Certificate) -> datetime.datetime:
+    """When `cert` was made here: ``notBefore`` plus the `backdate` it was given."""
+    start, end = cert.not_valid_before_utc, cert.not_valid_after_utc
+    total = end - start  # lifetime + backdate(lifetime)
+    if total > MAX_BACKDATE * 11:
+        return start + MAX_BACKDATE
+    return start + total / 11
+
+
+def _lifetime(days: int, lifetime: datetime.timedelta | None) -> datetime.timedelta:
+    value = datetime.timedelta(days=days) if lifetime is None else lifetime
+    if value < datetime.timedelta(seconds=1):
+        raise ValueError(f"a certificate lifetime must be at least 1 second, got {value}")
+    return value
+
+
+def new_ca(common_name: str, *, days: int = 3650,
+           lifetime: datetime.timedelta | None = None) -> Issued:
+    """A self-signed CA that can sign leaf certificates only (path length 0), valid for
+    `lifetime` (or `days`)."""
     key = new_key()
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     now = _now()
+    valid = _lifetime(days, lifetime)
     cert = (
         x509.CertificateBuilder()
         .subject_name(name)
         .issuer_name(name)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=days))
+        .not_valid_before(now - backdate(valid))
+        .not_valid_after(now + valid)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
             x509.KeyUsage(
@@ -117,9 +145,12 @@ def issue(
     server: bool = True,
     client: bool = False,
     days: int = 365,
+    lifetime: datetime.timedelta | None = None,
 ) -> Issued:
-    """A leaf certificate signed by `ca` for a TLS server, a TLS client, or both."""
+    """A leaf certificate signed by `ca` for a TLS server, a TLS client, or both, valid for
+    `lifetime` (or `days`) but never past the CA's own end."""
     key = new_key()
+    valid = _lifetime(days, lifetime)
     attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
     attrs.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
     now = _now()
@@ -134,8 +165,8 @@ def issue(
         .issuer_name(ca.cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=days))
+        .not_valid_before(now - backdate(valid))
+        .not_valid_after(min(now + valid, ca.cert.not_valid_after_utc))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(

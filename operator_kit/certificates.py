@@ -73,18 +73,25 @@ class WebhookCertificate:
     ca_pem: bytes
     cert_pem: bytes
     key_pem: bytes
+    ca_key_pem: bytes | None = None
+    """The key of the CA that issues the next serving certificates (``ca.key`` in the
+    Secret; absent in a cert-manager Secret). Its certificate is one of `ca_pem`'s."""
 
     # ------------------------------------------------------------------ making one
 
     @classmethod
-    def generate(cls, service: str, namespace: str, *, days: int = 365) -> WebhookCertificate:
+    def generate(cls, service: str, namespace: str, *, days: int = 365,
+                 lifetime: datetime.timedelta | None = None,
+                 ca_lifetime: datetime.timedelta | None = None) -> WebhookCertificate:
         """A new CA and a certificate for the Service ``<service>.<namespace>``.
 
         Valid for ``service``, ``service.namespace``, ``service.namespace.svc`` (the name
-        the API server checks) and ``service.namespace.svc.cluster.local``.
+        the API server checks) and ``service.namespace.svc.cluster.local``; for
+        `lifetime` (the CA for `ca_lifetime`), or else both for `days`.
         """
         return cls.generate_for(
-            f"{service}.{namespace}.svc", service_dns_names(service, namespace), days=days
+            f"{service}.{namespace}.svc", service_dns_names(service, namespace), days=days,
+            lifetime=lifetime, ca_lifetime=ca_lifetime,
         )
 
     @classmethod
@@ -95,6 +102,8 @@ class WebhookCertificate:
         *,
         ip_addresses: Iterable[str] = (),
         days: int = 365,
+        lifetime: datetime.timedelta | None = None,
+        ca_lifetime: datetime.timedelta | None = None,
     ) -> WebhookCertificate:
         """A new CA and a certificate named `name`, valid for `dns_names` and `ip_addresses`."""
         if days <= 0:
@@ -102,10 +111,21 @@ class WebhookCertificate:
         dns, ips = tuple(dns_names), tuple(ip_addresses)
         if not dns and not ips:
             raise ValueError("a serving certificate needs at least one DNS name or IP address")
+        ca = new_issuer(name, ca_lifetime or lifetime or datetime.timedelta(days=days))
+        return cls(ca.cert_pem, b"", b"", ca.key_pem).reissued(
+            name, dns, ip_addresses=ips, lifetime=lifetime or datetime.timedelta(days=days))
+
+    def reissued(self, name: str, dns_names: Iterable[str], *,
+                 ip_addresses: Iterable[str] = (),
+                 lifetime: datetime.timedelta) -> WebhookCertificate:
+        """A new serving certificate and key from this bundle's issuing CA (`issuer`)."""
+        issuer = self.issuer()
+        if issuer is None:
+            raise ValueError("no issuing CA: ca.key is absent or matches no CA of the bundle")
         # A common name holds at most 64 characters; clients check the DNS names (SANs).
-        ca = _pki.new_ca(f"{name[:53]} webhook CA", days=days)
-        leaf = _pki.issue(ca, name[:64], dns_names=dns, ip_addresses=ips, days=days)
-        return cls(ca.cert_pem, leaf.cert_pem, leaf.key_pem)
+        leaf = _pki.issue(issuer, name[:64], dns_names=tuple(dns_names),
+                          ip_addresses=tuple(ip_addresses), lifetime=lifetime)
+        return WebhookCertificate(self.ca_pem, leaf.cert_pem, leaf.key_pem, self.ca_key_pem)
 
     # ------------------------------------------------------------------ reading it
 
@@ -117,6 +137,32 @@ class WebhookCertificate:
     def not_after(self) -> datetime.datetime:
         """When the serving certificate expires (UTC)."""
         return self._cert.not_valid_after_utc
+
+    @property
+    def cas(self) -> tuple[x509.Certificate, ...]:
+        """The CA certificates of the bundle, in order (unparsable bundle: none)."""
+        try:
+            return tuple(x509.load_pem_x509_certificates(self.ca_pem))
+        except ValueError:
+            return ()
+
+    def issuer(self) -> _pki.Issued | None:
+        """The CA of the bundle whose key is `ca_key_pem`: it issues the next certificates."""
+        if not self.ca_key_pem:
+            return None
+        try:
+            key = _pki.load_key(self.ca_key_pem)
+        except (ValueError, TypeError, UnsupportedAlgorithm):
+            return None
+        mine = _spki(key.public_key())
+        for ca in self.cas:
+            if _spki(ca.public_key()) == mine:
+                return _pki.Issued(ca, key)
+        return None
+
+    def signer(self) -> x509.Certificate | None:
+        """The CA of the bundle that signed the serving certificate."""
+        return signer_of(self._cert, self.cas)
 
     @property
     def dns_names(self) -> tuple[str, ...]:
@@ -146,13 +192,8 @@ class WebhookCertificate:
             raise ValueError(f"not a usable certificate, key and CA: {err}") from None
         if _spki(cert.public_key()) != _spki(key.public_key()):
             raise ValueError("the private key does not belong to the certificate")
-        for ca in cas:
-            try:
-                cert.verify_directly_issued_by(ca)
-            except (ValueError, TypeError, InvalidSignature):
-                continue
-            return
-        raise ValueError("no CA in the bundle signed the certificate")
+        if signer_of(cert, cas) is None:
+            raise ValueError("no CA in the bundle signed the certificate")
 
     def __repr__(self) -> str:
         try:
@@ -177,6 +218,7 @@ class WebhookCertificate:
             path.mkdir(mode=0o700, parents=True)
             os.chmod(path, 0o700)
         files = TlsFiles(path / "tls.crt", path / "tls.key", path / "ca.crt")
+        # The key first: a server that notices the new tls.crt finds its key already there.
         _write_atomically(files.key, self.key_pem, 0o600)
         _write_atomically(files.cert, self.cert_pem, 0o644)
         _write_atomically(files.ca, self.ca_pem, 0o644)
@@ -188,17 +230,21 @@ class WebhookCertificate:
     # ------------------------------------------------------------------ Secrets
 
     def to_secret(self, name: str, namespace: str) -> dict[str, Any]:
-        """A ``kubernetes.io/tls`` Secret with cert-manager's keys: tls.crt, tls.key, ca.crt."""
+        """A ``kubernetes.io/tls`` Secret with cert-manager's keys: tls.crt, tls.key, ca.crt
+        (and ``ca.key``, the issuing CA's key, when there is one)."""
+        data = {
+            "tls.crt": _b64(self.cert_pem),
+            "tls.key": _b64(self.key_pem),
+            "ca.crt": _b64(self.ca_pem),
+        }
+        if self.ca_key_pem:
+            data["ca.key"] = _b64(self.ca_key_pem)
         return {
             "apiVersion": "v1",
             "kind": "Secret",
             "metadata": {"name": name, "namespace": namespace},
             "type": "kubernetes.io/tls",
-            "data": {
-                "tls.crt": _b64(self.cert_pem),
-                "tls.key": _b64(self.key_pem),
-                "ca.crt": _b64(self.ca_pem),
-            },
+            "data": data,
         }
 
     @classmethod
@@ -220,7 +266,13 @@ class WebhookCertificate:
                 pems[key] = base64.b64decode(value, validate=True)
             except (binascii.Error, ValueError, TypeError):
                 raise ValueError(f"{where}: {key} is not base64") from None
-        cert = cls(pems["ca.crt"], pems["tls.crt"], pems["tls.key"])
+        ca_key: bytes | None = None
+        if data.get("ca.key"):
+            try:
+                ca_key = base64.b64decode(data["ca.key"], validate=True)
+            except (binascii.Error, ValueError, TypeError):
+                raise ValueError(f"{where}: ca.key is not base64") from None
+        cert = cls(pems["ca.crt"], pems["tls.crt"], pems["tls.key"], ca_key)
         try:
             cert.check()
         except ValueError as err:
@@ -322,7 +374,7 @@ class WebhookCertificate:
             return self
         keep = [ca for ca in old_cas if ca.not_valid_after_utc > now][:1]
         bundle = self.ca_pem + b"".join(_pki.cert_pem(ca) for ca in keep)
-        return WebhookCertificate(bundle, self.cert_pem, self.key_pem)
+        return WebhookCertificate(bundle, self.cert_pem, self.key_pem, self.ca_key_pem)
 
     # ------------------------------------------------------------------ caBundle
 
@@ -371,12 +423,11 @@ def _update(api: Api, path: str, name: str, bundle: str) -> None:
                 f"{path.rsplit('/', 2)[-2]} {name} does not exist; apply the operator's "
                 "manifests before patching its caBundle"
             )
-        if not _set_bundle(obj, name, bundle):
-            return
         try:
-            api.request("PUT", path, body=obj)
+            if not patch_bundle(api, path, obj, bundle):
+                return
         except ApiException as err:
-            if err.status == 409:
+            if err.status in (409, 422):  # changed since read (the test op failed)
                 continue
             raise
         logger.info("patched the webhook CA bundle into %s %s", obj.get("kind"), name)
@@ -384,25 +435,54 @@ def _update(api: Api, path: str, name: str, bundle: str) -> None:
     raise RuntimeError(f"{path} kept changing while patching its caBundle")
 
 
-def _set_bundle(obj: dict[str, Any], name: str, bundle: str) -> bool:
-    """Put `bundle` into every clientConfig of `obj`; whether anything changed."""
+def ca_bundle_paths(obj: Mapping[str, Any]) -> list[tuple[str, str | None]]:
+    """Each clientConfig of a webhook configuration or a CRD's conversion webhook: its JSON
+    pointer and the caBundle it holds (base64, or None)."""
+    name = (obj.get("metadata") or {}).get("name")
     if obj.get("kind") == "CustomResourceDefinition":
-        conversion = obj.get("spec", {}).get("conversion") or {}
+        conversion = (obj.get("spec") or {}).get("conversion") or {}
         webhook = conversion.get("webhook")
         if conversion.get("strategy") != "Webhook" or not webhook:
             raise ValueError(
                 f"CustomResourceDefinition {name} has no conversion webhook; build it with "
                 "operator_kit.manifests.with_conversion_webhook"
             )
-        configs = [webhook.setdefault("clientConfig", {})]
-    else:
-        configs = [w.setdefault("clientConfig", {}) for w in obj.get("webhooks") or []]
-    changed = False
-    for config in configs:
-        if config.get("caBundle") != bundle:
-            config["caBundle"] = bundle
-            changed = True
-    return changed
+        config = webhook.get("clientConfig") or {}
+        return [("/spec/conversion/webhook/clientConfig", config.get("caBundle"))]
+    return [(f"/webhooks/{i}/clientConfig", (w.get("clientConfig") or {}).get("caBundle"))
+            for i, w in enumerate(obj.get("webhooks") or [])]
+
+
+def patch_bundle(api: Api, path: str, obj: Mapping[str, Any], bundle: str) -> bool:
+    """Set `bundle` into every clientConfig of `obj` (as read from `path`) with a JSON patch
+    that first tests the resourceVersion read: a change made since fails it (422/409), so
+    a stale bundle never overwrites a newer one. False when nothing needed changing."""
+    ops: list[dict[str, Any]] = [{"op": "test", "path": "/metadata/resourceVersion",
+                                  "value": obj["metadata"]["resourceVersion"]}]
+    for pointer, current in ca_bundle_paths(obj):
+        if current != bundle:
+            ops.append({"op": "add", "path": f"{pointer}/caBundle", "value": bundle})
+    if len(ops) == 1:
+        return False
+    api.request("PATCH", path, body=ops, content_type="application/json-patch+json")
+    return True
+
+
+def signer_of(cert: x509.Certificate,
+              cas: Iterable[x509.Certificate]) -> x509.Certificate | None:
+    """The CA of `cas` that signed `cert`, or None."""
+    for ca in cas:
+        try:
+            cert.verify_directly_issued_by(ca)
+        except (ValueError, TypeError, InvalidSignature):
+            continue
+        return ca
+    return None
+
+
+def new_issuer(name: str, lifetime: datetime.timedelta) -> _pki.Issued:
+    """A CA for serving certificates named `name`."""
+    return _pki.new_ca(f"{name[:53]} webhook CA", lifetime=lifetime)
 
 
 def _get_or_none(api: Api, path: str) -> Any:

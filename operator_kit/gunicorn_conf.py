@@ -22,9 +22,14 @@ Why these values:
   ``OPERATOR_KIT_TLS_CERT`` / ``OPERATOR_KIT_TLS_KEY`` (what
   `WebhookCertificate.install` sets), else ``OPERATOR_KIT_TLS_DIR``/tls.crt and tls.key
   (a mounted ``kubernetes.io/tls`` Secret). They must exist when gunicorn starts: gunicorn
-  checks them before it listens. gunicorn reads them again for every new connection, so
-  a certificate renewed in place is served without a restart. ``OPERATOR_KIT_INSECURE_HTTP=1``
-  serves plain HTTP, for local debugging only.
+  checks them before it listens. The ``ssl_context`` hook hands every new connection the
+  context of `operator_kit.tls.ServingContext`, which reloads the files when they change
+  (looked at once a second), so a renewed certificate is served without a restart, and
+  restricts TLS to 1.2 with AEAD suites and 1.3 (`operator_kit.tls.apply_policy`).
+  ``OPERATOR_KIT_INSECURE_HTTP=1`` serves plain HTTP, for local debugging only.
+- With an Operator that serves webhooks, ``post_worker_init`` starts its certificate
+  keeper in the worker (`Operator.keep_webhook_tls`): it follows the shared Secret,
+  renews and rotates, keeps the caBundle, and writes new files into the directory.
 - bind ``OPERATOR_KIT_BIND``; by default ``0.0.0.0:8443`` inside a pod (where the Service
   must reach the pod's IP) and ``127.0.0.1:8443`` elsewhere, so a developer's machine does
   not expose a debugging server.
@@ -49,6 +54,8 @@ from __future__ import annotations
 
 import gc
 import os
+import ssl
+from collections.abc import Callable
 from typing import Any
 
 from gunicorn.glogging import Logger
@@ -56,6 +63,7 @@ from gunicorn.glogging import Logger
 from operator_kit import logs
 from operator_kit.certificates import TLS_CERT_ENV, TLS_KEY_ENV
 from operator_kit.gunicorn_worker import read_timeout_from_env
+from operator_kit.tls import ServingContext
 from operator_kit.webhooks import APP_ENV
 
 _TRUE = ("1", "true", "yes", "on")
@@ -91,6 +99,11 @@ def _tls_files() -> tuple[str | None, str | None]:
     )
 
 
+def _managed() -> bool:
+    return os.environ.get("OPERATOR_KIT_MANAGE_TLS", "1").strip().lower() not in (
+        "0", "false", "no", "off")
+
+
 def _prepare_tls() -> None:
     """Let an Operator with webhooks provide its own certificate before gunicorn listens.
 
@@ -102,9 +115,7 @@ def _prepare_tls() -> None:
     """
     directory = os.environ.get("OPERATOR_KIT_TLS_DIR")
     spec = os.environ.get(APP_ENV)
-    manage = os.environ.get("OPERATOR_KIT_MANAGE_TLS", "1").strip().lower() not in (
-        "0", "false", "no", "off")
-    if not (directory and spec and manage):
+    if not (directory and spec and _managed()):
         return
     from operator_kit.webhooks import import_target
 
@@ -152,6 +163,17 @@ keepalive = 120
 timeout = 30
 graceful_timeout = 20
 certfile, keyfile = _tls_files()
+_serving = ServingContext(certfile, keyfile) if certfile and keyfile else None
+
+
+def ssl_context(conf: Any, default_ssl_context_factory: Callable[[], ssl.SSLContext]
+                ) -> ssl.SSLContext:
+    """Every new connection's context: the current certificate, under the TLS policy."""
+    if _serving is None:  # certificate files given on the command line instead
+        from operator_kit.tls import apply_policy
+
+        return apply_policy(default_ssl_context_factory())
+    return _serving.context(default_ssl_context_factory)
 accesslog = "-" if _flag("OPERATOR_KIT_ACCESS_LOG") else None
 errorlog = "-"
 loglevel = _log_level
@@ -167,8 +189,21 @@ def post_worker_init(worker: Any) -> None:
     loaded at start-up (and lives for the whole process) out of the collector's reach, so
     collections only walk what came after.
     """
+    _keep_tls()
     gc.collect()
     gc.freeze()
+
+
+def _keep_tls() -> None:
+    """Start the Operator's certificate keeper in this worker (see `_prepare_tls`)."""
+    directory = os.environ.get("OPERATOR_KIT_TLS_DIR")
+    if not directory:
+        return
+    from operator_kit.webhooks import loaded_target
+
+    keep = getattr(loaded_target(), "keep_webhook_tls", None)
+    if callable(keep):
+        keep(directory, manage=_managed())
 
 
 def post_fork(server: Any, worker: Any) -> None:

@@ -21,11 +21,11 @@ import signal
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kubernetes import client
 
-from operator_kit import leader
 from operator_kit.client import Api, api_client, current_namespace
 from operator_kit.controller import Controller, ControllerRunner
 from operator_kit.events import EventRecorder
@@ -77,6 +77,7 @@ class Operator:
         self._lock = threading.Lock()
         self._webhooks: Webhooks | None = None
         self._reported_dead: list[str] = []
+        self._tls_keeper: Any = None  # a certkeeper.CertificateKeeper once serving webhooks
         for controller in controllers:
             self.add(controller)
 
@@ -111,7 +112,10 @@ class Operator:
         for controller in self.controllers:
             rules.extend(controller.required_rules())
         if self.leader_election is not None:
-            rules.append(leader.rule())
+            # Creating cannot be limited by name (RBAC sees no name on a create); the rest is.
+            lease = self.leader_election.lease_name or self.name
+            rules += [Rule(["coordination.k8s.io"], ["leases"], ["create"]),
+                      Rule(["coordination.k8s.io"], ["leases"], ["get", "update"], [lease])]
         rules.extend(self._webhook_rules())
         return merge_rules(rules)
 
@@ -173,25 +177,53 @@ class Operator:
         """Get the shared webhook certificate, install it in `directory`, patch CA bundles.
 
         Run before the webhook server starts (gunicorn_conf does it in the master): the
-        first replica creates the certificate Secret, the others read it; every
-        configuration and conversion webhook of this operator is told to trust its CA.
-        Nothing to do, and nothing done, when the operator has no webhooks.
+        first replica creates the certificate Secret, the others read it (and heal or
+        renew it when needed); every configuration and conversion webhook of this
+        operator is told to trust its CA (`operator_kit.certkeeper`). Nothing to do, and
+        nothing done, when the operator has no webhooks.
         """
         if not self.webhook_registrations():
             return
-        from operator_kit.certificates import WebhookCertificate
-
-        validating, mutating, crds = self._ca_bundle_targets()
         # A client of its own: this runs in gunicorn's master, whose connections must not
         # be inherited by the worker it forks.
         with api_client(self.kubeconfig) as api:
-            certificate = WebhookCertificate.shared(api, self.namespace, self.webhook_secret,
-                                                    self.name)
-            certificate.install(directory)
-            certificate.patch_ca_bundle(api, validating=validating, mutating=mutating,
-                                        crds=crds)
+            keeper = self._certificate_keeper(Api(api), directory, manage=True)
+            keeper.sync(wait=False)
+        assert keeper.installed is not None
         log.info("operator %s: webhook certificate installed in %s (valid until %s)",
-                 self.name, directory, certificate.not_after.isoformat())
+                 self.name, directory, keeper.installed.not_after.isoformat())
+
+    def keep_webhook_tls(self, directory: str, *, manage: bool = True) -> None:
+        """In the serving process: follow the certificate Secret from now on (renew,
+        rotate, heal, keep the caBundles) and be not ready while a caBundle does not trust
+        the served certificate. With `manage` False only that check is made."""
+        if not self.webhook_registrations():
+            return
+        keeper = self._certificate_keeper(self.api, directory, manage=manage)
+        keeper.recorder = EventRecorder(self.api, self.name)
+        if not manage:
+            try:
+                keeper.sync()
+            except Exception as err:  # noqa: BLE001 - the thread retries; logged
+                log.error("operator %s: checking the webhook certificate failed: %s",
+                          self.name, err)
+        else:
+            keeper.problem = None  # just installed by prepare_webhook_tls in the master
+        keeper.start(self.stopping)
+
+    def _certificate_keeper(self, api: Api, directory: str, *, manage: bool) -> Any:
+        from operator_kit.certkeeper import CertificateKeeper, Rotation
+
+        keeper = self._tls_keeper
+        if keeper is None or keeper.manage != manage:
+            validating, mutating, crds = self._ca_bundle_targets()
+            keeper = CertificateKeeper(
+                api, self.namespace, self.webhook_secret, self.name, Path(directory),
+                validating=validating, mutating=mutating, crds=crds,
+                rotation=Rotation.from_env(), manage=manage)
+            self._tls_keeper = keeper
+        keeper.api = api
+        return keeper
 
     def _ca_bundle_targets(self) -> tuple[list[str], list[str], list[str]]:
         """What must trust the webhook CA: the validating and the mutating configuration
@@ -210,19 +242,22 @@ class Operator:
         if not self.webhook_registrations():
             return []
         rules = [Rule([""], ["secrets"], ["create"]),
-                 Rule([""], ["secrets"], ["get", "update"], [self.webhook_secret])]
+                 Rule([""], ["secrets"], ["get", "update"], [self.webhook_secret]),
+                 Rule([""], ["events"], ["create", "get", "patch"])]
         validating, mutating, crds = self._ca_bundle_targets()
         for names, group, resource in (
                 (validating, "admissionregistration.k8s.io", "validatingwebhookconfigurations"),
                 (mutating, "admissionregistration.k8s.io", "mutatingwebhookconfigurations"),
                 (crds, "apiextensions.k8s.io", "customresourcedefinitions")):
             if names:
-                rules.append(Rule([group], [resource], ["get", "update"], names))
+                rules.append(Rule([group], [resource], ["get", "patch"], names))
         return rules
 
     def ready(self) -> bool:
         """Ready once every controller runs with synced caches, or while following a leader."""
         if self.stopping.is_set():
+            return False
+        if self._tls_keeper is not None and not self._tls_keeper.ready():
             return False
         if self._started:
             return all(runner.synced() for runner in self._runners)

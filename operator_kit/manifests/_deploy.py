@@ -10,7 +10,10 @@
 3. the Service the API server calls webhooks through, and the Deployment: gunicorn
    serving ``operator_kit.webhooks:app`` on one TLS port (webhooks, ``/livez``,
    ``/readyz``, ``/metrics``), probes on that port, the ServiceAccount, a non-root,
-   read-only security context;
+   read-only security context (user and group 65532), CPU, memory and ephemeral-storage
+   requests and limits; with more than one replica, a preferred anti-affinity that
+   spreads the pods over nodes and a PodDisruptionBudget that keeps one serving
+   during a drain (the webhooks fail closed: none serving means no writes);
 4. the Validating/MutatingWebhookConfigurations for the registered admission webhooks.
 """
 
@@ -62,6 +65,8 @@ def operator_manifests(operator: Operator, *, app: str, namespace: str, image: s
     docs.append(service(operator.name, namespace))
     docs.append(deployment(operator.name, app=app, namespace=namespace, image=image,
                            replicas=replicas))
+    if replicas > 1:
+        docs.append(disruption_budget(operator.name, namespace))
     for mutating in (False, True):
         rules = [WebhookRule(r.kind, r.path) for r in registrations
                  if r.kind is not None and r.type == ("mutate" if mutating else "validate")]
@@ -124,8 +129,9 @@ def deployment(name: str, *, app: str, namespace: str, image: str,
         "ports": [{"name": "https", "containerPort": WEBHOOK_PORT, "protocol": "TCP"}],
         "livenessProbe": _probe("/livez"),
         "readinessProbe": _probe("/readyz"),
-        "resources": {"requests": {"cpu": "50m", "memory": "96Mi"},
-                      "limits": {"memory": "256Mi"}},
+        "resources": {"requests": {"cpu": "50m", "memory": "96Mi",
+                                   "ephemeral-storage": "16Mi"},
+                      "limits": {"cpu": "1", "memory": "256Mi", "ephemeral-storage": "64Mi"}},
         "securityContext": {
             "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
             "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]},
@@ -147,12 +153,34 @@ def deployment(name: str, *, app: str, namespace: str, image: str,
                 "spec": {
                     "serviceAccountName": name,
                     "securityContext": {"runAsNonRoot": True, "runAsUser": 65532,
+                                        "runAsGroup": 65532,
                                         "seccompProfile": {"type": "RuntimeDefault"}},
                     "terminationGracePeriodSeconds": 40,
+                    **({"affinity": _spread(name)} if replicas > 1 else {}),
                     "containers": [container],
-                    "volumes": [{"name": "tls", "emptyDir": {"medium": "Memory"}},
-                                {"name": "tmp", "emptyDir": {}}],
+                    "volumes": [{"name": "tls", "emptyDir": {"medium": "Memory",
+                                                             "sizeLimit": "1Mi"}},
+                                {"name": "tmp", "emptyDir": {"sizeLimit": "32Mi"}}],
                 },
             },
         },
+    }
+
+
+def _spread(name: str) -> dict[str, Any]:
+    """Prefer replicas on different nodes (preferred: a one-node cluster still runs them)."""
+    return {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+        "weight": 100,
+        "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                            "labelSelector": {"matchLabels": {"app.kubernetes.io/name": name}}},
+    }]}}
+
+
+def disruption_budget(name: str, namespace: str) -> dict[str, Any]:
+    """At most one replica evicted at a time (a node drain never takes them all)."""
+    return {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "namespace": namespace, "labels": _labels(name)},
+        "spec": {"maxUnavailable": 1,
+                 "selector": {"matchLabels": {"app.kubernetes.io/name": name}}},
     }

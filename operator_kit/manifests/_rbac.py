@@ -17,6 +17,7 @@ from typing import Any
 from operator_kit.rbac import Rule, merge_rules
 
 LEASE_RULE = Rule(["coordination.k8s.io"], ["leases"], ["create", "get", "update"])
+"""The Lease verbs on any Lease; `Rbac.leader_election` narrows get and update to one name."""
 
 # (group, resource) of objects an operator keeps in its own namespace.
 OWN_NAMESPACE = {("coordination.k8s.io", "leases"), ("", "secrets")}
@@ -40,9 +41,12 @@ class Rbac:
             (self._namespaced if own else self._rules).append(rule)
         return self
 
-    def leader_election(self) -> Rbac:
-        """Grant the Lease verbs in the operator's namespace (a Role, not a ClusterRole)."""
-        self._namespaced.append(LEASE_RULE)
+    def leader_election(self, lease: str | None = None) -> Rbac:
+        """Grant the Lease verbs in the operator's namespace (a Role, not a ClusterRole):
+        create, and get and update on the Lease named `lease` (default: the operator's)."""
+        self._namespaced += [Rule(LEASE_RULE.api_groups, LEASE_RULE.resources, ["create"]),
+                             Rule(LEASE_RULE.api_groups, LEASE_RULE.resources,
+                                  ["get", "update"], [lease or self.name])]
         return self
 
     def cluster_rules(self) -> list[Rule]:

@@ -518,7 +518,7 @@ def _shared_in_a_process(kubeconfig: str, namespace: str, barrier: Any, results:
         api = api_client(kubeconfig)
         barrier.wait(timeout=60)
         cert = WebhookCertificate.shared(api, namespace, "webhook-tls", SERVICE)
-        results.put((cert.ca_pem, cert.cert_pem, cert.key_pem))
+        results.put((cert.ca_pem, cert.cert_pem, cert.key_pem, cert.ca_key_pem))
     except BaseException as err:
         results.put(repr(err))
         raise
@@ -554,7 +554,7 @@ def test_shared_by_several_processes_at_once_leaves_one_secret_and_one_certifica
     secrets = namespace.list("v1", "Secret", fieldSelector="type=kubernetes.io/tls")
     assert [s["metadata"]["name"] for s in secrets] == ["webhook-tls"]
     stored = WebhookCertificate.from_secret(secrets[0])
-    assert (stored.ca_pem, stored.cert_pem, stored.key_pem) == results[0]
+    assert (stored.ca_pem, stored.cert_pem, stored.key_pem, stored.ca_key_pem) == results[0]
     assert stored.covers([f"{SERVICE}.{namespace.name}.svc"])
 
     # A certificate near expiry is renewed once, however many replicas notice it.

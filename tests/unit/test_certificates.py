@@ -183,7 +183,7 @@ def test_to_secret_is_a_tls_secret_with_cert_managers_keys(cert: WebhookCertific
     secret = cert.to_secret("webhook-tls", "ops")
     assert secret["type"] == "kubernetes.io/tls"
     assert secret["metadata"] == {"name": "webhook-tls", "namespace": "ops"}
-    assert set(secret["data"]) == {"tls.crt", "tls.key", "ca.crt"}
+    assert set(secret["data"]) == {"tls.crt", "tls.key", "ca.crt", "ca.key"}
     assert base64.b64decode(secret["data"]["tls.key"]) == cert.key_pem
     assert WebhookCertificate.from_secret(secret) == cert
 
@@ -248,6 +248,18 @@ class FakeApi:
                 raise ApiException(status=404)
             if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
                 raise ApiException(status=409)
+        elif method == "PATCH":  # JSON patch: the "test" and "add" operations only
+            patched = copy.deepcopy(self.objects[path])
+            for op in body:
+                *parents, last = op["path"].strip("/").split("/")
+                node: Any = patched
+                for part in parents:
+                    node = node[int(part)] if isinstance(node, list) else node[part]
+                if op["op"] == "test" and node[last] != op["value"]:
+                    raise ApiException(status=422)
+                if op["op"] == "add":
+                    node[last] = op["value"]
+            body = patched
         else:
             raise AssertionError(method)
         return self.store(path, body)
@@ -412,7 +424,7 @@ def test_patch_ca_bundle_retries_on_a_conflict(api: FakeApi, cert: WebhookCertif
     api.store(path, webhook_configuration("V", "v"))
     api.before_write.append(lambda a: a.store(path, webhook_configuration("V", "v")))
     cert.patch_ca_bundle(None, validating=["v"])
-    assert api.writes() == [("PUT", path), ("PUT", path)]
+    assert api.writes() == [("PATCH", path), ("PATCH", path)]
     assert api.objects[path]["webhooks"][0]["clientConfig"]["caBundle"]
 
 

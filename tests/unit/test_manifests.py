@@ -59,7 +59,7 @@ def test_rbac_documents_bind_the_cluster_role_to_the_service_account() -> None:
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "op", "namespace": "ops"}]
 
 
-def test_leader_election_grants_leases_in_a_namespaced_role_only() -> None:
+def test_leader_election_grants_its_own_lease_by_name_in_a_namespaced_role_only() -> None:
     docs = Rbac("op", "ops").rules(Rule(["x.io"], ["things"], ["get"])).leader_election() \
         .documents()
     kinds = [d["kind"] for d in docs]
@@ -69,8 +69,10 @@ def test_leader_election_grants_leases_in_a_namespaced_role_only() -> None:
     role = docs[3]
     assert role["metadata"] == {"name": "op-own-namespace", "namespace": "ops",
                                 "labels": role["metadata"]["labels"]}
-    assert role["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-                              "verbs": ["create", "get", "update"]}]
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["op"],
+         "verbs": ["get", "update"]}]
 
 
 def test_webhook_configuration_is_safe_by_default_and_names_each_webhook() -> None:
