@@ -14,6 +14,13 @@ ROTATION = Rotation(cert_lifetime=60 * S, ca_lifetime=300 * S, poll_interval=1, 
 NOW = datetime.datetime.now(datetime.timezone.utc)
 
 
+@pytest.fixture(autouse=True)
+def _now() -> None:
+    """Each test's certificates are made now: NOW is the test's start, not the import's."""
+    global NOW
+    NOW = datetime.datetime.now(datetime.timezone.utc)
+
+
 def fresh() -> WebhookCertificate:
     return WebhookCertificate.generate("op", "ops", lifetime=60 * S, ca_lifetime=300 * S)
 
