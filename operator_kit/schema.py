@@ -12,10 +12,23 @@ once into a small tree of *shapes* (`shape_of`), and every shape does three thin
 Because the schema and the codec come from the same shapes, the field names, types and
 defaults the API server checks are exactly those the Python objects use.
 
-Field names in JSON are the Python names unless dataclasses-json's naming config says
-otherwise (``field(metadata=config(field_name="camelName"))`` or a class-level
-``@dataclass_json(letter_case=LetterCase.CAMEL)``). Descriptions come from
-``field(metadata={"description": ...})`` and from the dataclass docstring.
+Field names in JSON follow a *naming policy* chosen by the caller (`shape_of(...,
+json_names="camelCase")`; a CustomResource chooses it once with its ``json_names``
+attribute): ``"python"`` keeps the Python names, ``"camelCase"`` writes ``last_run`` as
+``lastRun``. One field can still be named by hand, which wins over the policy:
+``field(metadata={"json_name": "x"})`` or dataclasses-json's
+``field(metadata=config(field_name="x"))`` (and a class-level dataclasses-json
+``letter_case``). Descriptions come from ``field(metadata={"description": ...})`` and
+from the dataclass docstring.
+
+Validation constraints ride on the type with ``typing.Annotated`` (see
+`operator_kit.validation`): ``Annotated[int, Minimum(0)]`` adds ``minimum: 0`` to the
+field's schema. They are checked against the type here, so `Minimum` on a str fails when
+the class is parsed, naming the field.
+
+Defaults are checked too: a dataclass default that does not fit its field's type
+(``deadline: int | None = "10"``) is a `SchemaError` naming the field, and encoding a
+value of the wrong type raises `InvalidValue` with its path instead of writing it.
 
 Each decoded instance remembers the keys its dataclass does not know and which keys were
 present, so decode -> encode gives back what came in, at any nesting level: unknown keys
@@ -39,16 +52,20 @@ import reprlib
 import types
 import typing
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Literal
+
+from operator_kit import validation as _validation
 
 __all__ = [
     "AnyShape",
+    "ConstrainedShape",
     "DateShape",
     "DateTimeShape",
     "EnumShape",
     "FieldShape",
     "IntOrStringShape",
     "InvalidValue",
+    "JsonNames",
     "ListShape",
     "LiteralShape",
     "MapShape",
@@ -57,9 +74,13 @@ __all__ = [
     "ScalarShape",
     "SchemaError",
     "Shape",
+    "camel_case",
     "schema_for",
     "shape_of",
 ]
+
+JsonNames = Literal["python", "camelCase"]
+"""A naming policy: JSON field names as in Python, or in camelCase (Kubernetes style)."""
 
 
 class SchemaError(TypeError):
@@ -74,9 +95,31 @@ class InvalidValue(ValueError):
         self.path = path
         self.reason = reason
 
+    def under(self, segment: str) -> InvalidValue:
+        """The same error one level down: `segment` is a field name or ``[i]``."""
+        if not self.path:
+            return InvalidValue(segment, self.reason)
+        sep = "" if self.path.startswith("[") else "."
+        return InvalidValue(f"{segment}{sep}{self.path}", self.reason)
+
+
+def camel_case(name: str) -> str:
+    """``last_run`` -> ``lastRun``; a name without underscores is kept as it is."""
+    head, *rest = name.split("_")
+    if not rest:
+        return name
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+_NAMING: dict[str, Callable[[str], str] | None] = {"python": None, "camelCase": camel_case}
+
 
 def schema_for(
-    tp: Any, *, path: str = "", localns: Mapping[str, Any] | None = None
+    tp: Any,
+    *,
+    path: str = "",
+    localns: Mapping[str, Any] | None = None,
+    json_names: JsonNames = "python",
 ) -> dict[str, Any]:
     """The OpenAPI v3 schema of a type hint (usually a dataclass).
 
@@ -84,14 +127,25 @@ def schema_for(
     the dataclass's name. `localns` resolves string annotations that name classes local
     to a function (``from __future__ import annotations`` inside a test, say).
     """
-    return shape_of(tp, path=path, localns=localns).schema()
+    return shape_of(tp, path=path, localns=localns, json_names=json_names).schema()
 
 
-def shape_of(tp: Any, *, path: str = "", localns: Mapping[str, Any] | None = None) -> Shape:
-    """Parse a type hint into the `Shape` that gives its schema and its JSON codec."""
+def shape_of(
+    tp: Any,
+    *,
+    path: str = "",
+    localns: Mapping[str, Any] | None = None,
+    json_names: JsonNames = "python",
+) -> Shape:
+    """Parse a type hint into the `Shape` that gives its schema and its JSON codec.
+
+    `json_names` is the naming policy of every dataclass field below `tp` that is not
+    named by hand (see the module docstring)."""
+    if json_names not in _NAMING:
+        raise SchemaError(f"json_names {json_names!r}: use 'python' or 'camelCase'")
     if not path and isinstance(tp, type):
         path = tp.__name__
-    return _Parser(dict(localns or {})).parse(tp, path, ())
+    return _Parser(dict(localns or {}), _NAMING[json_names]).parse(tp, path, ())
 
 
 # --------------------------------------------------------------------------- shapes
@@ -107,6 +161,7 @@ class Shape:
         raise NotImplementedError
 
     def encode(self, value: Any) -> Any:
+        """The JSON value; `InvalidValue` (path relative to this shape) on a wrong type."""
         return value
 
 
@@ -126,6 +181,15 @@ class ScalarShape(Shape):
             return value
         raise _mismatch(path, self.py_type.__name__, value)
 
+    def encode(self, value: Any) -> Any:
+        if value is None or type(value) is self.py_type:
+            return value
+        if self.py_type is float and _is_int(value):
+            return value
+        if isinstance(value, self.py_type) and (self.py_type is bool or not _is_bool(value)):
+            return value
+        raise _mismatch("", self.py_type.__name__, value)
+
 
 _SCALAR_TYPES: dict[type, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
 
@@ -142,6 +206,11 @@ class IntOrStringShape(Shape):
             return value
         raise _mismatch(path, "int or str", value)
 
+    def encode(self, value: Any) -> Any:
+        if value is None or isinstance(value, str) or _is_int(value):
+            return value
+        raise _mismatch("", "int or str", value)
+
 
 @dataclasses.dataclass(frozen=True)
 class DateTimeShape(Shape):
@@ -157,8 +226,10 @@ class DateTimeShape(Shape):
         return parsed
 
     def encode(self, value: Any) -> Any:
-        if not isinstance(value, dt.datetime):
+        if value is None:
             return value
+        if not isinstance(value, dt.datetime):
+            raise _mismatch("", "datetime", value)
         if value.tzinfo is not None:
             value = value.astimezone(dt.timezone.utc)
         return value.replace(tzinfo=None).isoformat() + "Z"
@@ -180,7 +251,11 @@ class DateShape(Shape):
         raise _mismatch(path, "a date like '2024-01-02'", value)
 
     def encode(self, value: Any) -> Any:
-        return value.isoformat() if isinstance(value, dt.date) else value
+        if value is None:
+            return value
+        if not isinstance(value, dt.date) or isinstance(value, dt.datetime):
+            raise _mismatch("", "date", value)
+        return value.isoformat()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,7 +275,15 @@ class EnumShape(Shape):
         raise _mismatch(path, _one_of([m.value for m in self.enum_type]), value)
 
     def encode(self, value: Any) -> Any:
-        return value.value if isinstance(value, enum.Enum) else value
+        if value is None:
+            return value
+        if isinstance(value, self.enum_type):
+            return value.value
+        if not isinstance(value, enum.Enum):  # the plain value of a member is fine too
+            for member in self.enum_type:
+                if member.value == value and type(member.value) is type(value):
+                    return value
+        raise _mismatch("", f"a {self.enum_type.__name__}", value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,6 +300,11 @@ class LiteralShape(Shape):
         if any(v == value and type(v) is type(value) for v in self.values):
             return value
         raise _mismatch(path, _one_of(list(self.values)), value)
+
+    def encode(self, value: Any) -> Any:
+        if value is None or any(v == value and type(v) is type(value) for v in self.values):
+            return value
+        raise _mismatch("", _one_of(list(self.values)), value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -270,7 +358,17 @@ class ListShape(Shape):
         return [self.items.decode(v, f"{path}[{i}]") for i, v in enumerate(value)]
 
     def encode(self, value: Any) -> Any:
-        return [self.items.encode(v) for v in value]
+        if value is None:
+            return value
+        if not isinstance(value, (list, tuple)):
+            raise _mismatch("", "list", value)
+        out = []
+        for i, v in enumerate(value):
+            try:
+                out.append(self.items.encode(v))
+            except InvalidValue as e:
+                raise e.under(f"[{i}]") from None
+        return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -293,7 +391,42 @@ class MapShape(Shape):
         return out
 
     def encode(self, value: Any) -> Any:
-        return {k: self.values.encode(v) for k, v in value.items()}
+        if value is None:
+            return value
+        if not isinstance(value, Mapping):
+            raise _mismatch("", "dict", value)
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise InvalidValue("", f"keys must be strings, got {_describe(k)}")
+            try:
+                out[k] = self.values.encode(v)
+            except InvalidValue as e:
+                raise e.under(k) from None
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class ConstrainedShape(Shape):
+    """``Annotated[X, Minimum(0), ...]``: X's schema with the constraints' keywords."""
+
+    inner: Shape
+    constraints: tuple[_validation.Constraint, ...]
+    keywords: dict[str, Any]
+
+    def schema(self) -> dict[str, Any]:
+        out = self.inner.schema()
+        rules = self.keywords.get("x-kubernetes-validations")
+        out.update({k: v for k, v in self.keywords.items() if k != "x-kubernetes-validations"})
+        if rules:
+            out["x-kubernetes-validations"] = [*out.get("x-kubernetes-validations", ()), *rules]
+        return out
+
+    def decode(self, value: Any, path: str) -> Any:
+        return self.inner.decode(value, path)
+
+    def encode(self, value: Any) -> Any:
+        return self.inner.encode(value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -316,6 +449,7 @@ class ObjectShape(Shape):
     cls: type
     fields: tuple[FieldShape, ...]
     description: str | None
+    rules: tuple[_validation.CelRule, ...] = ()
 
     def schema(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -334,6 +468,8 @@ class ObjectShape(Shape):
         required = [f.json_name for f in self.fields if f.required]
         if required:
             out["required"] = required
+        if self.rules:
+            out["x-kubernetes-validations"] = [r.validation() for r in self.rules]
         return out
 
     def decode(self, value: Any, path: str) -> Any:
@@ -356,6 +492,10 @@ class ObjectShape(Shape):
         return obj
 
     def encode(self, value: Any) -> Any:
+        if value is None:
+            return value
+        if not isinstance(value, self.cls):
+            raise _mismatch("", f"a {self.cls.__name__}", value)
         seen = _recall(value)
         decoded = seen is not _NOTHING_SEEN
         out: dict[str, Any] = {}
@@ -367,7 +507,10 @@ class ObjectShape(Shape):
                 or (decoded and f.make_default is not None and item == f.make_default())
             ):
                 continue
-            out[f.json_name] = f.shape.encode(item)
+            try:
+                out[f.json_name] = f.shape.encode(item)
+            except InvalidValue as e:
+                raise e.under(f.json_name) from None
         for key, item in seen.unknown.items():
             out.setdefault(key, copy.deepcopy(item))
         return out
@@ -425,8 +568,9 @@ _SETS: tuple[Any, ...] = (
 class _Parser:
     """Parses type hints into shapes; `localns` helps resolve string annotations."""
 
-    def __init__(self, localns: dict[str, Any]) -> None:
+    def __init__(self, localns: dict[str, Any], naming: Callable[[str], str] | None) -> None:
         self.localns = localns
+        self.naming = naming
 
     def parse(self, tp: Any, path: str, stack: tuple[type, ...]) -> Shape:
         origin = typing.get_origin(tp)
@@ -435,7 +579,7 @@ class _Parser:
         if tp is Any:
             return AnyShape(object_only=False)
         if origin is typing.Annotated:
-            return self.parse(args[0], path, stack)
+            return self._parse_annotated(args[0], args[1:], path, stack)
         if isinstance(tp, typing.NewType):
             return self.parse(tp.__supertype__, path, stack)
         if origin is typing.Union or origin is types.UnionType:
@@ -472,6 +616,24 @@ class _Parser:
             raise _cannot(path, tp, "use Optional[X]")
         raise _cannot(path, tp, "make it a dataclass")
 
+    def _parse_annotated(
+        self, tp: Any, extras: tuple[Any, ...], path: str, stack: tuple[type, ...]
+    ) -> Shape:
+        inner = self.parse(tp, path, stack)
+        constraints = tuple(c for c in extras if isinstance(c, _validation.Constraint))
+        if not constraints:
+            return inner
+        json_type, core = _json_type(inner)
+        where = f"{path}: " if path else ""
+        try:
+            keywords = _validation.constraint_schema(
+                constraints, json_type, _type_name(tp), path
+            )
+            _check_list_keywords(keywords, core)
+        except ValueError as e:
+            raise SchemaError(f"{where}{e}") from None
+        return ConstrainedShape(inner, constraints, keywords)
+
     def _parse_union(
         self, tp: Any, args: tuple[Any, ...], path: str, stack: tuple[type, ...]
     ) -> Shape:
@@ -499,11 +661,11 @@ class _Parser:
 
     def _type_hints(self, cls: type) -> dict[str, Any]:
         try:
-            return typing.get_type_hints(cls)
+            return typing.get_type_hints(cls, include_extras=True)
         except NameError:
             if not self.localns:
                 raise
-            return typing.get_type_hints(cls, localns=self.localns)
+            return typing.get_type_hints(cls, localns=self.localns, include_extras=True)
 
     def _parse_dataclass(self, cls: type, path: str, stack: tuple[type, ...]) -> ObjectShape:
         if cls in stack:
@@ -523,13 +685,14 @@ class _Parser:
         for f in dataclasses.fields(cls):
             if not f.init:
                 continue
-            json_name = _json_name(cls, f)
+            json_name = _json_name(cls, f, self.naming)
             sub = f"{path}.{json_name}" if path else json_name
             if json_name in names:
                 raise SchemaError(f"{sub}: two fields of {cls.__name__} have this JSON name")
             names.add(json_name)
             shape = self.parse(hints[f.name], sub, (*stack, cls))
             description = f.metadata.get("description")
+            _check_default(f, shape, sub)
             fields.append(
                 FieldShape(
                     name=f.name,
@@ -542,19 +705,101 @@ class _Parser:
                     make_default=_make_default(f),
                 )
             )
-        return ObjectShape(cls, tuple(fields), _docstring(cls))
+        rules = _validation.class_rules(cls)
+        for rule in rules:
+            try:
+                rule.check(path)
+            except ValueError as e:
+                raise SchemaError(f"{path}: {e}") from None
+        return ObjectShape(cls, tuple(fields), _docstring(cls), rules)
 
 
-def _json_name(cls: type, f: dataclasses.Field[Any]) -> str:
-    """The field's JSON name: dataclasses-json's field or class letter_case, else its name."""
+def _json_name(
+    cls: type, f: dataclasses.Field[Any], naming: Callable[[str], str] | None
+) -> str:
+    """The field's JSON name: named by hand (``json_name``, dataclasses-json's field or
+    class letter_case), else the naming policy's, else the Python name."""
+    by_hand = f.metadata.get("json_name")
+    if by_hand is not None:
+        if not isinstance(by_hand, str) or not by_hand:
+            raise SchemaError(f"{cls.__name__}.{f.name}: json_name must be a non-empty str")
+        return by_hand
     letter_case = f.metadata.get("dataclasses_json", {}).get("letter_case")
     if letter_case is None:
         class_config = getattr(cls, "dataclass_json_config", None) or {}
         letter_case = class_config.get("letter_case")
     if letter_case is None:
-        return f.name
+        return naming(f.name) if naming is not None else f.name
     name = typing.cast(Callable[[str], str], letter_case)(f.name)
     return str(name)
+
+
+def _json_type(shape: Shape) -> tuple[str | None, Shape]:
+    """The JSON type a shape's values have (None for any / int-or-string), and the shape
+    under any Nullable and Constrained wrappers."""
+    while isinstance(shape, (NullableShape, ConstrainedShape)):
+        shape = shape.inner
+    if isinstance(shape, (ScalarShape, EnumShape, LiteralShape)):
+        schema_type = shape.schema()["type"]
+        return str(schema_type), shape
+    if isinstance(shape, (DateTimeShape, DateShape)):
+        return "string", shape
+    if isinstance(shape, ListShape):
+        return "array", shape
+    if isinstance(shape, (ObjectShape, MapShape)):
+        return "object", shape
+    if isinstance(shape, AnyShape) and shape.object_only:
+        return "object", shape
+    return None, shape
+
+
+def _check_list_keywords(keywords: dict[str, Any], core: Shape) -> None:
+    """A set holds scalars; a map's keys are fields of its items, required or defaulted."""
+    list_type = keywords.get("x-kubernetes-list-type")
+    if list_type is None or not isinstance(core, ListShape):
+        return
+    item_type, item = _json_type(core.items)
+    if list_type == "set" and item_type not in ("string", "integer", "number", "boolean"):
+        raise ValueError(
+            "a list of type 'set' (or UniqueItems) needs scalar items; for a list of "
+            "objects use ListType('map', keys=(...))"
+        )
+    if list_type == "map":
+        if not isinstance(item, ObjectShape):
+            raise ValueError("ListType('map') needs dataclass items; use 'set' for scalars")
+        by_name = {f.json_name: f for f in item.fields}
+        for key in keywords["x-kubernetes-list-map-keys"]:
+            f = by_name.get(key)
+            if f is None:
+                raise ValueError(
+                    f"map key {key!r} is not a field of {item.cls.__name__} (its JSON "
+                    f"names are {', '.join(by_name) or 'none'})"
+                )
+            if not f.required and f.default is dataclasses.MISSING:
+                raise ValueError(
+                    f"map key {key!r} must be a required field of {item.cls.__name__} or "
+                    "have a non-None default"
+                )
+
+
+def _check_default(f: dataclasses.Field[Any], shape: Shape, path: str) -> None:
+    """A default of the wrong type fails now, not when the API server reads the CRD."""
+    if f.default is not dataclasses.MISSING:
+        value = f.default
+    elif f.default_factory is not dataclasses.MISSING:
+        value = f.default_factory()
+    else:
+        return
+    if value is None:
+        return
+    try:
+        shape.encode(value)
+    except InvalidValue as e:
+        where = f"{path}.{e.path}" if e.path and not e.path.startswith("[") else path + e.path
+        raise SchemaError(
+            f"{where}: the default {reprlib.repr(value)} does not fit the field's type "
+            f"({e.reason}); give a default of the declared type"
+        ) from None
 
 
 def _schema_default(f: dataclasses.Field[Any]) -> Any:
