@@ -9,6 +9,7 @@ Only the public names are here; everything else is internal to its module.
 """
 
 from operator_kit import filters
+from operator_kit.conditions import Condition, Conditions, find_condition, set_condition
 from operator_kit.context import Context
 from operator_kit.controller import Action, Controller, Index, Owns, Watch
 from operator_kit.kinds import Kind
@@ -16,22 +17,64 @@ from operator_kit.leader import LeaderElection
 from operator_kit.operator import Operator
 from operator_kit.rbac import Rule
 from operator_kit.resources import CustomResource, InvalidResource, PrinterColumn
+from operator_kit.validation import (
+    CelRule,
+    ExclusiveMaximum,
+    ExclusiveMinimum,
+    Format,
+    ListType,
+    MapType,
+    Maximum,
+    MaxItems,
+    MaxLength,
+    MaxProperties,
+    Minimum,
+    MinItems,
+    MinLength,
+    MinProperties,
+    MultipleOf,
+    Pattern,
+    UniqueItems,
+    cel_rules,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Action",
+    "CelRule",
+    "Condition",
+    "Conditions",
     "Context",
     "Controller",
     "CustomResource",
+    "ExclusiveMaximum",
+    "ExclusiveMinimum",
+    "Format",
     "Index",
     "InvalidResource",
     "Kind",
     "LeaderElection",
+    "ListType",
+    "MapType",
+    "MaxItems",
+    "MaxLength",
+    "MaxProperties",
+    "Maximum",
+    "MinItems",
+    "MinLength",
+    "MinProperties",
+    "Minimum",
+    "MultipleOf",
     "Operator",
     "Owns",
+    "Pattern",
     "PrinterColumn",
     "Rule",
+    "UniqueItems",
     "Watch",
+    "cel_rules",
     "filters",
+    "find_condition",
+    "set_condition",
 ]

@@ -103,7 +103,14 @@ class Operator:
                     candidates.append(kind.custom_resource)
         for candidate in candidates:
             storage = candidate.storage_version()
-            seen.setdefault(f"{storage.plural}.{storage.group}", storage)
+            name = f"{storage.plural}.{storage.group}"
+            other = seen.setdefault(name, storage)
+            if other.versions()[0] is not storage.versions()[0]:
+                raise TypeError(
+                    f"{other.versions()[0].__name__} and {storage.versions()[0].__name__} have "
+                    f"the same plural {storage.plural!r} in {storage.group}, so one CRD {name!r}; "
+                    'give one of them another plural (plural = "...")'
+                )
         return [seen[name] for name in sorted(seen)]
 
     def rules(self) -> list[Rule]:

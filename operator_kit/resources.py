@@ -21,6 +21,18 @@ The class without ``version_of`` is the kind's *root*: it holds the list of its 
 ``storage = True``. Declarations are checked when the class is created, so a mistake
 fails at import with a message naming the class.
 
+JSON field names follow the kind's ``json_names`` policy, chosen once on the root class
+(``json_names = "camelCase"`` writes ``last_run`` as ``lastRun``; the default
+``"python"`` keeps the Python names); a version may choose its own.
+
+Printer columns are per version: a version shows a column only where the column's path
+exists in that version's schema (a path no version has is an error when the CRD is
+written), and an Age column is added unless ``age_column = False``. ``kubectl get`` shows
+the *preferred* version: Kubernetes prefers the served version with the highest version
+priority (v2 > v1 > v1beta2 > v1beta1 > v1alpha1, whatever the storage version),
+`preferred_version()` says which one that is, and ``preferred = True`` on a version
+states the choice so the CRD fails to generate if Kubernetes would show another.
+
 ``from_dict`` / ``to_dict`` convert to and from the API's dict. Spec and status go
 through the codec of `operator_kit.schema` (the same shapes the CRD schema comes from);
 metadata and keys this class does not know are carried through unchanged, so an object
@@ -39,7 +51,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
-from operator_kit.schema import InvalidValue, ObjectShape, shape_of
+from operator_kit.schema import InvalidValue, JsonNames, ObjectShape, shape_of
 
 __all__ = ["CustomResource", "InvalidResource", "PrinterColumn"]
 
@@ -110,6 +122,9 @@ class CustomResource:
     printer_columns: ClassVar[tuple[PrinterColumn, ...]] = ()
     storage: ClassVar[bool | None] = None  # True on the storage version if not the root
     served: ClassVar[bool] = True
+    json_names: ClassVar[JsonNames] = "python"  # or "camelCase"; versions inherit the root's
+    age_column: ClassVar[bool] = True  # add an Age column to the declared printer columns
+    preferred: ClassVar[bool | None] = None  # True: this is the version kubectl shows
 
     # --- set by __init_subclass__
     _root: ClassVar[type[CustomResource]]
@@ -132,6 +147,7 @@ class CustomResource:
         else:
             _declare_version(cls, version_of)
         _declare_types(cls, caller.f_locals)
+        _check_columns_syntax(cls)
 
     # ------------------------------------------------------------------ the kind
 
@@ -164,6 +180,60 @@ class CustomResource:
                 f"{root.__name__}: no storage version; set storage = True on one version"
             )
         return root
+
+    @classmethod
+    def preferred_version(cls) -> type[CustomResource]:
+        """The version ``kubectl get`` shows: the served version with the highest Kubernetes
+        version priority (GA above beta above alpha, higher numbers first).
+
+        Raises TypeError when a version sets ``preferred = True`` and Kubernetes would
+        prefer another one, saying how to make the choice hold."""
+        served = [v for v in cls.versions() if v.served]
+        if not served:
+            raise TypeError(f"{cls._root.__name__}: no version is served; set served = True")
+        best = min(served, key=lambda v: _version_priority(v.version))
+        chosen = [v for v in cls.versions() if v.__dict__.get("preferred") is True]
+        if len(chosen) > 1:
+            names = ", ".join(v.__name__ for v in chosen)
+            raise TypeError(f"{cls._root.__name__}: only one version may set preferred: {names}")
+        if chosen and chosen[0] is not best:
+            want = chosen[0]
+            higher = [v for v in served
+                      if _version_priority(v.version) < _version_priority(want.version)]
+            raise TypeError(
+                f"{want.__name__}: preferred = True, but Kubernetes shows the served version "
+                f"with the highest priority, {best.version} ({best.__name__}); set served = "
+                f"False on {', '.join(v.__name__ for v in higher)}, or rename the versions "
+                f"so that {want.version!r} sorts first (v2 > v1 > v1beta1 > v1alpha1)"
+            )
+        return best
+
+    @classmethod
+    def columns(cls) -> tuple[PrinterColumn, ...]:
+        """This version's printer columns: the declared ones whose path exists in this
+        version's schema, then Age (unless ``age_column = False`` or one is declared)."""
+        _require_declared(cls)
+        schema = cls.openapi_schema()
+        out = [c for c in cls.printer_columns if _path_exists(schema, c.json_path)]
+        if out and cls.age_column and not any(
+            c.name.lower() == "age" or c.json_path == _AGE.json_path for c in out
+        ):
+            out.append(_AGE)
+        return tuple(out)
+
+    @classmethod
+    def check_columns(cls) -> None:
+        """TypeError when a printer column's path exists in no version of the kind."""
+        versions = cls.versions()
+        schemas = [v.openapi_schema() for v in versions]
+        for v in versions:
+            for column in v.printer_columns:
+                if not any(_path_exists(s, column.json_path) for s in schemas):
+                    raise TypeError(
+                        f"{v.__name__}: printer column {column.name!r} has json_path "
+                        f"{column.json_path!r}, which no version of {cls._root.__name__} has; "
+                        "fix the path (like '.spec.<json field name>') or remove the column"
+                    )
 
     @classmethod
     def openapi_schema(cls) -> dict[str, Any]:
@@ -314,7 +384,12 @@ class CustomResource:
         for key, value, shape in parts:
             if value is None or shape is None:
                 continue
-            encoded = shape.encode(value)
+            try:
+                encoded = shape.encode(value)
+            except InvalidValue as e:
+                raise InvalidResource(
+                    f"{cls.kind} {_object_name(self.metadata)}: {e.under(key)}"
+                ) from None
             if key in self._absent and self._absent[key] == encoded:
                 continue
             out[key] = encoded
@@ -434,8 +509,9 @@ def _declare_version(cls: type[CustomResource], version_of: type[CustomResource]
                 f"set it on {root.__name__} only"
             )
         setattr(cls, attr, getattr(root, attr))
-    if "printer_columns" not in cls.__dict__:
-        cls.printer_columns = root.printer_columns
+    for attr in ("printer_columns", "json_names", "age_column"):
+        if attr not in cls.__dict__:
+            setattr(cls, attr, getattr(root, attr))
     if "version" not in cls.__dict__:
         raise TypeError(
             f"{cls.__name__}: a version of {root.__name__} needs its own version attribute, "
@@ -486,14 +562,72 @@ def _declare_types(cls: type[CustomResource], caller_locals: Mapping[str, Any]) 
             f"{cls.__name__}: annotate status with a dataclass "
             f"(status: {cls.__name__}Status), not {_type_name(status)}"
         )
-    spec_shape = shape_of(spec, path=f"{cls.__name__}.spec", localns=caller_locals)
+    if cls.json_names not in ("python", "camelCase"):
+        raise TypeError(
+            f"{cls.__name__}: json_names {cls.json_names!r} must be 'python' or 'camelCase'"
+        )
+    names = cls.json_names
+    spec_shape = shape_of(
+        spec, path=f"{cls.__name__}.spec", localns=caller_locals, json_names=names
+    )
     assert isinstance(spec_shape, ObjectShape)
     cls._spec_shape = spec_shape
     cls._status_shape = None
     if status is not Any:
-        status_shape = shape_of(status, path=f"{cls.__name__}.status", localns=caller_locals)
+        status_shape = shape_of(
+            status, path=f"{cls.__name__}.status", localns=caller_locals, json_names=names
+        )
         assert isinstance(status_shape, ObjectShape)
         cls._status_shape = status_shape
+
+
+_AGE = PrinterColumn("Age", ".metadata.creationTimestamp", type="date")
+_PATH_TOKEN = re.compile(r"\.([A-Za-z0-9_\-]+)|\[[^\]]*\]")
+
+
+def _check_columns_syntax(cls: type[CustomResource]) -> None:
+    for column in cls.__dict__.get("printer_columns", ()):
+        if not isinstance(column, PrinterColumn):
+            raise TypeError(
+                f"{cls.__name__}: printer_columns holds {column!r}; use PrinterColumn(...)"
+            )
+
+
+def _path_exists(schema: Mapping[str, Any], json_path: str) -> bool:
+    """Whether a simple JSONPath (``.spec.a.b``, ``.status.conditions[0].type``) can hold a
+    value under `schema`. Paths too rich to follow here count as existing."""
+    if json_path.startswith(".metadata") or any(ch in json_path for ch in "*@$"):
+        return True
+    tokens = list(_PATH_TOKEN.finditer(json_path))
+    if "".join(t.group(0) for t in tokens) != json_path:
+        return True  # not a plain path: leave it to kubectl
+    node: Mapping[str, Any] = schema
+    for token in tokens:
+        if node.get("x-kubernetes-preserve-unknown-fields") or "additionalProperties" in node:
+            return True
+        if token.group(1) is None:  # [index]
+            if node.get("type") != "array":
+                return False
+            node = node.get("items", {})
+            continue
+        properties = node.get("properties", {})
+        if token.group(1) not in properties:
+            return False
+        node = properties[token.group(1)]
+    return True
+
+
+_VERSION = re.compile(r"v(\d+)(?:(alpha|beta)(\d+))?")
+
+
+def _version_priority(version: str) -> tuple[int, int, int, str]:
+    """Sort key of Kubernetes' version priority: smaller sorts first (is preferred)."""
+    match = _VERSION.fullmatch(version)
+    if not match:
+        return (3, 0, 0, version)
+    major, stage, minor = match.groups()
+    rank = {None: 0, "beta": 1, "alpha": 2}[stage]
+    return (rank, -int(major), -int(minor or 0), "")
 
 
 def _require_declared(cls: type[CustomResource]) -> None:

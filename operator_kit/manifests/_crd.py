@@ -27,6 +27,8 @@ def crd(kind: type[CustomResource]) -> dict[str, Any]:
     """
     versions = kind.versions()
     root, storage = versions[0], kind.storage_version()
+    kind.check_columns()
+    kind.preferred_version()  # a version that states preferred = True must get it
     names: dict[str, Any] = {
         "kind": root.kind,
         "listKind": f"{root.kind}List",
@@ -79,8 +81,9 @@ def _version(cls: type[CustomResource], *, storage: bool) -> dict[str, Any]:
     }
     if cls.status_type() is not None:
         entry["subresources"] = {"status": {}}
-    if cls.printer_columns:
-        entry["additionalPrinterColumns"] = [_column(c) for c in cls.printer_columns]
+    columns = cls.columns()
+    if columns:
+        entry["additionalPrinterColumns"] = [_column(c) for c in columns]
     return entry
 
 

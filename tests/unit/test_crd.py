@@ -201,6 +201,7 @@ def test_printer_columns_become_additional_printer_columns() -> None:
     assert versions["v1"]["additionalPrinterColumns"] == [
         {"name": "Schedule", "type": "string", "jsonPath": ".spec.schedule"},
         {"name": "Last run", "type": "string", "jsonPath": ".status.last_run"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]
     assert versions["v2"]["additionalPrinterColumns"] == [
         {
