@@ -202,9 +202,11 @@ def test_lease_rule_is_part_of_the_operator_rules() -> None:
 
     with_lease = Operator("x", [WidgetController("ns")], leader_election=LeaderElection())
     without = Operator("x", [WidgetController("ns")])
-    lease = Rule(["coordination.k8s.io"], ["leases"], ["create", "get", "update"])
-    assert lease in with_lease.rules()
-    assert lease not in without.rules()
+    create = Rule(["coordination.k8s.io"], ["leases"], ["create"])
+    by_name = Rule(["coordination.k8s.io"], ["leases"], ["get", "update"], ["x"])
+    assert create in with_lease.rules() and by_name in with_lease.rules(), \
+        "create (a name cannot limit it), then get and update of its own Lease only"
+    assert not any("leases" in r.resources for r in without.rules())
 
 
 def test_leader_paused_past_its_lease_never_reconciles_again_after_resuming(
