@@ -58,6 +58,11 @@ def controller_owner_uid(obj: Mapping[str, Any]) -> list[str]:
     return []
 
 
+def _origin(function: IndexFunction) -> object:
+    """What an index function was made from (its declaration), else itself."""
+    return getattr(function, "__wrapped__", function)
+
+
 def _namespace(obj: Mapping[str, Any]) -> list[str]:
     return [obj.get("metadata", {}).get("namespace") or ""]
 
@@ -81,7 +86,7 @@ class Store:
     def add_index(self, name: str, function: IndexFunction) -> None:
         """Keep index `name` by `function`; indexes what is stored already too."""
         with self._lock:
-            if name in self._functions and self._functions[name] is not function:
+            if name in self._functions and _origin(self._functions[name]) != _origin(function):
                 raise ValueError(f"{self.description}: two different index functions are "
                                  f"named {name!r}; give one another name")
             self._functions[name] = function
@@ -94,29 +99,41 @@ class Store:
         """The values index `name` files `obj` under (nothing if its function fails)."""
         with self._lock:
             function = self._functions[name]
-        try:
-            return tuple(str(v) for v in function(obj))
-        except Exception:  # noqa: BLE001 - logged where the object is filed
-            return ()
+        return self._values(name, function, key_of(obj), obj)
 
     def indexes(self) -> _Names:
         with self._lock:
             return sorted(self._functions)
 
-    def _file(self, name: str, key: Key, obj: dict[str, Any]) -> None:
-        function = self._functions[name]
+    def _values(self, name: str, function: IndexFunction, key: Key,
+                obj: dict[str, Any]) -> tuple[str, ...]:
         try:
-            values = tuple(dict.fromkeys(str(v) for v in function(obj)))
-        except Exception:
+            return tuple(dict.fromkeys(str(v) for v in function(obj)))
+        except Exception:  # a user's function must not stop the informer
             log.exception("index %r (%s) failed on %s %s: left out of that index",
                           name, getattr(function, "__qualname__", function),
                           self.description, "/".join(filter(None, key)))
-            values = ()
+            return ()
+
+    def _file(self, name: str, key: Key, obj: dict[str, Any],
+              values: tuple[str, ...] | None = None) -> None:
+        if values is None:
+            values = self._values(name, self._functions[name], key, obj)
         if values:
             self._filed[name][key] = values
         index = self._indexes[name]
         for value in values:
             index.setdefault(value, set()).add(key)
+
+    def _computed(self, objects: dict[Key, dict[str, Any]]
+                  ) -> dict[str, dict[Key, tuple[str, ...]]]:
+        """Every index's values for `objects`, computed without holding the lock: index
+        functions are user code, and may read this store."""
+        with self._lock:
+            functions = dict(self._functions)
+        return {name: {key: self._values(name, function, key, obj)
+                       for key, obj in objects.items()}
+                for name, function in functions.items()}
 
     def _unfile(self, key: Key) -> None:
         for name, filed in self._filed.items():
@@ -132,24 +149,27 @@ class Store:
 
     def replace(self, objects: dict[Key, dict[str, Any]]) -> dict[Key, dict[str, Any]]:
         """Hold exactly `objects` (a relist); returns what was held before."""
+        computed = self._computed(objects)
         with self._lock:
             old, self._objects = self._objects, objects
             for name in self._functions:
                 self._indexes[name], self._filed[name] = {}, {}
+                values = computed.get(name, {})
                 for key, obj in objects.items():
-                    self._file(name, key, obj)
+                    self._file(name, key, obj, values.get(key))
             return old
 
     def put(self, obj: dict[str, Any]) -> dict[str, Any] | None:
         """Store `obj` (added or changed); returns the version it replaced, if any."""
         key = key_of(obj)
+        computed = self._computed({key: obj})
         with self._lock:
             old = self._objects.get(key)
             if old is not None:
                 self._unfile(key)
             self._objects[key] = obj
             for name in self._functions:
-                self._file(name, key, obj)
+                self._file(name, key, obj, computed.get(name, {}).get(key))
             return old
 
     def remove(self, key: Key) -> dict[str, Any] | None:

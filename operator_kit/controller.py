@@ -293,13 +293,15 @@ class ControllerRunner:
         # (informer, handler) for each owned and watched kind
         self._sources: list[tuple[Informer, Callable[[WatchEvent], None]]] = []
         for owned in controller.owned():
-            informer = informers.informer(self._resource(owned.kind, "owns"),
-                                          namespace=namespace,
+            resource = self._resource(owned.kind, "owns")
+            informer = informers.informer(resource,
+                                          namespace=namespace if resource.namespaced else None,
                                           metadata_only=owned.metadata_only)
             self._sources.append((informer, self._owned_handler(tuple(owned.filters))))
         for watch in controller.watches:
-            informer = informers.informer(self._resource(watch.kind, "watches"),
-                                          namespace=namespace,
+            resource = self._resource(watch.kind, "watches")
+            informer = informers.informer(resource,
+                                          namespace=namespace if resource.namespaced else None,
                                           label_selector=watch.label_selector,
                                           metadata_only=watch.metadata_only)
             self._sources.append((informer, self._watched_handler(watch)))
@@ -308,7 +310,7 @@ class ControllerRunner:
             resource = self._resource(index.kind, "indexes")
             for informer in [self.primary, *self.owned]:
                 if informer.resource == resource:
-                    informer.store.add_index(name, _index_function(index, api))
+                    informer.store.add_index(name, _index_function(index, api.client))
         self._workers: list[threading.Thread] = []
         # key -> (monotonic start, its worker), for the watchdog
         self._running: dict[Key, tuple[float, threading.Thread]] = {}
@@ -400,7 +402,8 @@ class ControllerRunner:
                 try:
                     decoded = obj if watch.metadata_only else decode(spec, obj,
                                                                      self.api.client)
-                    mapped = list(watch.mapper(decoded, self.objects))
+                    # A session of its own: a mapper's writes (if any) stay its own.
+                    mapped = list(watch.mapper(decoded, self.objects.session()))
                 except Exception:
                     log.exception("%s: mapper %s failed for %s %s: that event is dropped",
                                   self.name, _name(watch.mapper), spec,
@@ -417,6 +420,11 @@ class ControllerRunner:
         keys: list[Key] = []
         for item in mapped:
             if isinstance(item, str):
+                if self._namespaced and not namespace:
+                    log.error("%s: mapper %s returned the name %r for a cluster-scoped "
+                              "object: return (namespace, name) keys for namespaced "
+                              "primaries", self.name, _name(watch.mapper), item)
+                    continue
                 key = (namespace if self._namespaced else "", item)
             elif isinstance(item, tuple) and len(item) == 2:
                 key = (str(item[0] or ""), str(item[1]))
@@ -759,12 +767,14 @@ def _name(function: Callable[..., Any]) -> str:
     return str(getattr(function, "__qualname__", None) or repr(function))
 
 
-def _index_function(index: Index, api: Api) -> Callable[[dict[str, Any]], list[str]]:
-    """`index`'s function over the cache's dicts: decodes each like a read of its kind."""
+def _index_function(index: Index, api_client: Any) -> Callable[[dict[str, Any]], list[str]]:
+    """`index`'s function over the cache's dicts: decodes each like a read of its kind.
+    It names the `Index` it serves (``__wrapped__``), so controllers sharing one
+    declaration share the index."""
     spec = Kind.of(index.kind)
 
     def values(raw: dict[str, Any]) -> list[str]:
-        found = index.function(decode(spec, raw, api.client))
+        found = index.function(decode(spec, raw, api_client))
         if found is None:
             return []
         if isinstance(found, str):
@@ -772,4 +782,5 @@ def _index_function(index: Index, api: Api) -> Callable[[dict[str, Any]], list[s
         return [str(value) for value in found]
 
     values.__qualname__ = _name(index.function)
+    values.__wrapped__ = index  # type: ignore[attr-defined]
     return values

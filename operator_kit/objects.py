@@ -138,10 +138,14 @@ class Objects:
             raise ValueError("owned(): the owner has no uid; pass the object as read from "
                              "the API (the one reconcile got)")
         resource = self.resource(spec)
-        informers = self.informers.of(resource) if self.informers is not None else []
+        namespace = (owner.namespace if isinstance(owner, CustomResource)
+                     else owner.get("metadata", {}).get("namespace"))
+        informers = [i for i in (self.informers.of(resource) if self.informers else [])
+                     if i.covers(namespace if resource.namespaced else None,
+                                 metadata=True)]
         if not informers:
-            raise LookupError(f"owned(…, {spec}): this operator does not cache {spec}; "
-                              "name it in the controller's `owns`")
+            raise LookupError(f"owned(…, {spec}): this operator does not cache every {spec} "
+                              "there; name it in the controller's `owns`")
         informer = informers[0]
         found = informer.store.by_index(OWNER, str(uid))
         raws = self._overlay_many(resource, found, informer, None, None, (OWNER, str(uid)))
@@ -169,7 +173,7 @@ class Objects:
 
     def _indexed(self, resource: Resource, name: str, spec: Kind) -> Informer:
         for informer in self.informers.of(resource) if self.informers else []:
-            if name in informer.store.indexes():
+            if name in informer.store.indexes() and not informer.metadata_only:
                 return informer
         raise LookupError(f"{spec} has no index {name!r} in this operator's cache: declare "
                           f"it in a controller's `indexes` (Index({spec.kind}, function))")
@@ -194,12 +198,12 @@ class Objects:
         for (written_resource, key), written in self._journal.items():
             if written_resource != resource:
                 continue
-            current = result.get(key)
             if written is _GONE:
                 result.pop(key, None)
                 continue
-            if current is not None and _as_new(current, written):
-                continue
+            cached = informer.store.get(key)
+            if cached is not None and _as_new(cached, written):
+                continue  # the cache caught up: what it holds (and whether it fits) stands
             fits = ((namespace is None or key[0] == namespace)
                     and (selector is None or selector.matches(written))
                     and (index is None or index[1] in informer.store.values_of(index[0],

@@ -128,10 +128,11 @@ class Informer:
     def __len__(self) -> int:
         return len(self.store)
 
-    def covers(self, namespace: str | None) -> bool:
+    def covers(self, namespace: str | None, *, metadata: bool = False) -> bool:
         """Whether this cache holds every object of its kind in `namespace` (None: in
-        every namespace): it watches there, with no selector and in full."""
-        if self.label_selector or self.field_selector or self.metadata_only:
+        every namespace): it watches there, with no selector, and in full (or as
+        metadata only, when `metadata` is enough)."""
+        if self.label_selector or self.field_selector or (self.metadata_only and not metadata):
             return False
         return self.namespace is None or self.namespace == namespace
 
@@ -141,7 +142,7 @@ class Informer:
             self._handlers.append(handler)
             existing = self.store.objects()
         for obj in existing:
-            handler(WatchEvent("ADDED", obj))
+            _call(handler, WatchEvent("ADDED", obj), self.description)
 
     # -- running ---------------------------------------------------------------------------
 
@@ -304,7 +305,7 @@ class Informer:
             self._dispatch(WatchEvent(kind, obj, old))
 
     def _dispatch(self, event: WatchEvent) -> None:
-        for handler in self._handlers:
+        for handler in list(self._handlers):
             try:
                 handler(event)
             except Exception:  # a handler bug must not kill the watch
@@ -324,6 +325,13 @@ class Informer:
         else:
             log.warning("list/watch %s in %s failed: %s %s; retrying in %.1fs",
                         self.resource, where, err.status, err.reason, delay)
+
+
+def _call(handler: Handler, event: WatchEvent, description: str) -> None:
+    try:
+        handler(event)
+    except Exception:  # a handler bug must not stop the watch, nor the start
+        log.exception("handler for %s failed on %s", description, event.type)
 
 
 def _rv(obj: dict[str, Any]) -> str | None:
