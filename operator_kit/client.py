@@ -13,20 +13,26 @@ kubeconfig context's, or ``default``).
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import re
 import socket
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode, urlsplit
 
+import urllib3
 from kubernetes import client, config
+from kubernetes.client import rest as kubernetes_rest
 from kubernetes.client.exceptions import ApiException
 from urllib3.connection import HTTPConnection
+
+from operator_kit import metrics
 
 _SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
@@ -139,13 +145,24 @@ class Resource:
 
 
 class Api:
-    """JSON requests to the API server through an ApiClient; errors are `ApiError` (an
-    ApiException whose message is one line: code, reason and the Status message)."""
+    """JSON requests to the API server over an ApiClient's connections; errors are
+    `ApiError` (an ApiException whose message is one line: code, reason and the Status
+    message)."""
 
     def __init__(self, client_: client.ApiClient) -> None:
         self.client = client_
         self._discovered: dict[tuple[str, str], Resource] = {}
         self._lock = threading.Lock()
+
+    @property
+    def client(self) -> client.ApiClient:
+        """The ApiClient whose configuration and connections requests use."""
+        return self._client
+
+    @client.setter
+    def client(self, client_: client.ApiClient) -> None:
+        self._client = client_
+        self._transport = Transport(client_)
 
     def request(
         self,
@@ -158,24 +175,21 @@ class Api:
         timeout: float | tuple[float, float] | None = 60.0,
         stream: bool = False,
         accept: str | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> Any:
         """Send one request; the decoded JSON answer, or the raw response when `stream`.
 
-        `accept` asks for another representation, e.g. metadata only
-        (``application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1``)."""
-        headers = {"Accept": accept or "application/json", "Content-Type": content_type}
-        params = [(k, _query_value(v)) for k, v in (query or {}).items() if v is not None]
+        `accept` asks for another representation (e.g. ``application/json;as=
+        PartialObjectMetadataList;g=meta.k8s.io;v=v1``); `headers` are sent as well,
+        overriding ours. A non-2xx answer raises ApiError (status, reason, body as
+        str, headers); a TLS failure raises ApiError with status 0; connection
+        errors and timeouts are urllib3's exceptions, as the generated client's are.
+        """
         try:
-            response = self.client.call_api(
-                path,
-                method,
-                query_params=params,
-                header_params=headers,
-                body=body,
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _return_http_data_only=True,
-                _request_timeout=timeout,
+            response = self._transport.send(
+                method, path, query=query, body=body, content_type=content_type,
+                accept=accept or "application/json", headers=headers, timeout=timeout,
+                stream=stream,
             )
         except ApiException as err:  # the same error, saying what matters in one line
             raise ApiError.of(err) from None
@@ -239,6 +253,137 @@ class Api:
         return found
 
 
+# -- the transport ---------------------------------------------------------------------
+#
+# Requests go out over the ApiClient's own urllib3 pool (so its TLS, proxy, keepalive
+# and pool size settings hold) but are built here, from the Configuration's public
+# settings: the generated client's `call_api` is private and changes shape between
+# majors (kubernetes 37 dropped its `query_params`). Each request is counted in
+# `rest_client_requests_total` / `rest_client_request_duration_seconds` (client-go's
+# names) and in an in-process tally, `request_counts()`, for tests.
+
+_counts: collections.Counter[tuple[str, str]] = collections.Counter()
+_counts_lock = threading.Lock()
+
+
+def request_counts() -> collections.Counter[tuple[str, str]]:
+    """Requests sent through `Api.request` in this process so far, by (verb, path).
+
+    The verb is the HTTP method, except ``WATCH`` for a GET with ``watch=true``; the path
+    has no query string. A snapshot (a copy): take one before and one after, and
+    subtract, to see what a piece of code sent to the API server.
+    """
+    with _counts_lock:
+        return collections.Counter(_counts)
+
+
+class Transport:
+    """HTTP requests to the API server named by an ApiClient's Configuration."""
+
+    def __init__(self, client_: client.ApiClient) -> None:
+        self.client = client_
+        self.configuration = client_.configuration
+        self.host = urlsplit(str(self.configuration.host)).netloc or str(self.configuration.host)
+        rest = getattr(client_, "rest_client", None)
+        pool = getattr(rest, "pool_manager", None)
+        if pool is None:  # not the generated client we know: a pool of our own, same settings
+            pool = kubernetes_rest.RESTClientObject(self.configuration).pool_manager
+        self.pool: urllib3.PoolManager = pool
+
+    def send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        accept: str = "application/json",
+        headers: Mapping[str, str] | None = None,
+        timeout: float | tuple[float, float] | None = 60.0,
+        stream: bool = False,
+    ) -> Any:
+        """The urllib3 response to one request (unread when `stream`); ApiException if not 2xx."""
+        method = method.upper()
+        params = [(k, _query_value(v)) for k, v in (query or {}).items() if v is not None]
+        sent = self._headers(params, accept)
+        data: bytes | None = None
+        if body is not None:
+            data = _encode(self.client, body)
+            sent["Content-Type"] = content_type
+        sent.update(headers or {})
+        url = str(self.configuration.host).rstrip("/") + path
+        if params:
+            url += "?" + urlencode(params)
+        watch = method == "GET" and any(k == "watch" and v == "true" for k, v in params)
+        with _counts_lock:
+            _counts["WATCH" if watch else method, path] += 1
+        options: dict[str, Any] = {}
+        if isinstance(timeout, tuple):
+            options["timeout"] = urllib3.Timeout(connect=timeout[0], read=timeout[1])
+        elif timeout:
+            options["timeout"] = urllib3.Timeout(total=timeout)
+        started = time.monotonic()
+        code = "<error>"
+        try:
+            try:
+                response = self.pool.request(method, url, body=data, headers=sent,
+                                             preload_content=False, **options)
+            except urllib3.exceptions.SSLError as err:
+                raise ApiException(status=0, reason=f"{type(err).__name__}\n{err}") from err
+            code = str(response.status)
+            if not 200 <= response.status <= 299:
+                raise _error(response)
+            if not stream:
+                try:
+                    response.data  # noqa: B018 - read it all before the connection goes back
+                finally:
+                    response.release_conn()
+            return response
+        finally:
+            metrics.REST_CLIENT_REQUESTS.labels(code, method, self.host).inc()
+            metrics.REST_CLIENT_REQUEST_DURATION.labels(method, self.host).observe(
+                time.monotonic() - started)
+
+    def _headers(self, params: list[tuple[str, str]], accept: str) -> dict[str, str]:
+        """The client's default headers (User-Agent), cookie and credentials, and Accept."""
+        sent = {str(k): str(v) for k, v in (self.client.default_headers or {}).items()}
+        cookie = getattr(self.client, "cookie", None)
+        if cookie:
+            sent["Cookie"] = str(cookie)
+        # auth_settings() runs the Configuration's refresh hook, so expiring tokens renew.
+        for setting in (self.configuration.auth_settings() or {}).values():
+            if not setting.get("value"):
+                continue
+            if setting.get("in") == "header":
+                sent[str(setting["key"])] = str(setting["value"])
+            elif setting.get("in") == "query":
+                params.append((str(setting["key"]), str(setting["value"])))
+        sent["Accept"] = accept
+        return sent
+
+
+def _encode(client_: client.ApiClient, body: Any) -> bytes:
+    """A request body as bytes: str/bytes as given, anything else (dicts, models) as JSON."""
+    if isinstance(body, bytes):
+        return body
+    if isinstance(body, str):
+        return body.encode()
+    return json.dumps(client_.sanitize_for_serialization(body)).encode()
+
+
+def _error(response: Any) -> ApiException:
+    """The ApiException for a non-2xx answer, its body read and its connection released."""
+    try:
+        raw = response.data or b""
+    finally:
+        response.release_conn()
+    err = ApiException(status=response.status, reason=response.reason)
+    err.body = raw.decode("utf-8", "replace")
+    err.headers = response.headers
+    return err
+
+
 THROTTLE_RETRIES = 10
 """How often one request is retried after 429 Too Many Requests (client-go's number)."""
 
@@ -285,7 +430,7 @@ def _api_error_message(err: Any) -> str:
             message = str(status.get("message") or "") if isinstance(status, dict) else ""
         except ValueError:
             message = body.strip().splitlines()[0][:300] if body.strip() else ""
-    line = f"{err.status} {err.reason or ''}".strip()
+    line = f"{err.status} {' '.join(str(err.reason or '').split())}".strip()
     if message:
         line += f": {' '.join(message.split())}"
     if err.status == 403:

@@ -286,3 +286,18 @@ WEBHOOK_DURATION = Histogram(
     ["path"],
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
 )
+
+# -- API server requests (client-go's names, so its dashboards and alerts work) ---------
+REST_CLIENT_REQUESTS = Counter(
+    "rest_client_requests",
+    "Number of HTTP requests to the API server, partitioned by status code, method, and "
+    "host (code is <error> when no answer came).",
+    ["code", "method", "host"],
+)
+REST_CLIENT_REQUEST_DURATION = Histogram(
+    "rest_client_request_duration_seconds",
+    "Request latency in seconds (to the response headers for a watch), broken down by "
+    "verb and host.",
+    ["verb", "host"],
+    buckets=(0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0),
+)
