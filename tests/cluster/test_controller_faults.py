@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -184,15 +186,39 @@ def test_sigterm_during_a_reconcile_lets_it_finish(namespace: Namespace,
         [sys.executable, "-c", SLOW_OPERATOR, namespace.name, cluster.kubeconfig],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    # The output is read on a thread so that an operator which never prints
+    # "reconciling w" fails the test after a timeout instead of hanging it.
+    lines: queue.Queue[str | None] = queue.Queue()
+    collected: list[str] = []
+
+    def read_output() -> None:
+        assert process.stdout is not None
+        for output_line in process.stdout:
+            lines.put(output_line)
+        lines.put(None)
+
+    reader = threading.Thread(target=read_output, name="slow-operator-output", daemon=True)
+    reader.start()
     try:
         create_widget(namespace, "w", size=4)
-        assert process.stdout is not None
-        for line in process.stdout:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError("the operator did not start reconciling w within 60 s:\n"
+                                     + "".join(collected)) from None
+            assert line is not None, "the operator exited early:\n" + "".join(collected)
+            collected.append(line)
             if line.startswith("reconciling w"):
                 break
         process.send_signal(signal.SIGTERM)
         signalled = time.monotonic()
-        output = process.communicate(timeout=60)[0]
+        process.wait(timeout=60)
+        reader.join(timeout=10)
+        while (line := lines.get_nowait() if not lines.empty() else None) is not None:
+            collected.append(line)
+        output = "".join(collected)
         assert time.monotonic() - signalled < 10, output
     finally:
         if process.poll() is None:
