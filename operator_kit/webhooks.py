@@ -69,7 +69,12 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
 import flask
-from werkzeug.exceptions import HTTPException, MethodNotAllowed, RequestEntityTooLarge
+from werkzeug.exceptions import (
+    ClientDisconnected,
+    HTTPException,
+    MethodNotAllowed,
+    RequestEntityTooLarge,
+)
 
 from operator_kit import metrics
 from operator_kit.metrics import WEBHOOK_DURATION, WEBHOOK_REQUESTS
@@ -346,6 +351,10 @@ class Webhooks(flask.Flask):
             data = request.get_data(cache=False)
         except RequestEntityTooLarge:
             raise _BadInput(too_large, 413) from None
+        except ClientDisconnected:  # werkzeug on Python 3.13: the body ended early
+            raise _BadInput(
+                f"the body ended before the {length} bytes announced: the client closed "
+                "the connection, or did not send the body in time") from None
         if len(data) > limit:
             raise _BadInput(too_large, 413)
         if length is not None and len(data) < length:
