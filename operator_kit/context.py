@@ -91,11 +91,7 @@ class Context:
         owner's namespace when it names none), as controller-runtime's
         ``SetControllerReference``: deleting the owner garbage-collects it."""
         if owner is not None:
-            _, body = encode(obj, self.client)
-            meta = body.setdefault("metadata", {})
-            meta.setdefault("namespace", owner.namespace)
-            meta["ownerReferences"] = [owner_reference(owner)]
-            created = self.objects.create(body, dry_run=dry_run)
+            created = self.objects.create(self._owned_body(owner, obj), dry_run=dry_run)
             return obj_like(obj, created, self.client)
         return self.objects.create(obj, dry_run=dry_run)
 
@@ -153,13 +149,8 @@ class Context:
         manager is the operator's name; deleting the owner garbage-collects the child.
         Returns the applied object as a dict; `owned` in the same reconcile includes it.
         """
-        _, body = encode(child, self.client)
-        resource = self.objects.resource(f"{body['apiVersion']}/{body['kind']}")
-        meta = dict(body.get("metadata") or {})
-        if resource.namespaced and not meta.get("namespace"):
-            meta["namespace"] = owner.namespace
-        meta["ownerReferences"] = [owner_reference(owner)]
-        body["metadata"] = meta
+        body = self._owned_body(owner, child)
+        meta = body["metadata"]
 
         def send() -> dict[str, Any]:
             result: dict[str, Any] = self.objects.apply(body, dry_run=dry_run)
@@ -169,6 +160,18 @@ class Context:
             return send()
         return self._own_writes.write(str(meta.get("namespace") or ""),
                                       str(meta.get("name") or ""), send)
+
+    def _owned_body(self, owner: CustomResource, child: Any) -> dict[str, Any]:
+        """`child` as the API's dict, with a controller ownerReference to `owner` and,
+        for a namespaced kind that names no namespace, the owner's."""
+        spec, body = encode(child, self.client)
+        resource = self.objects.resource(spec)
+        meta = dict(body.get("metadata") or {})
+        if resource.namespaced and not meta.get("namespace"):
+            meta["namespace"] = owner.namespace
+        meta["ownerReferences"] = [owner_reference(owner)]
+        body["metadata"] = meta
+        return body
 
     def event(self, obj: CustomResource | Mapping[str, Any], warning: bool, reason: str,
               note: str) -> None:

@@ -50,6 +50,7 @@ from operator_kit.client import Api, Resource, error_message, throttle_delay
 from operator_kit.context import Context
 from operator_kit.events import EventRecorder
 from operator_kit.filters import Filter, deletion_started, spec_changed
+from operator_kit.filters import function_name as _name
 from operator_kit.kinds import Kind, KindSpec
 from operator_kit.objects import Objects, decode, resource_of
 from operator_kit.own_writes import OwnWrites
@@ -761,10 +762,6 @@ def _describe(key: Key) -> str:
 def _describe_object(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata", {})
     return _describe((meta.get("namespace") or "", str(meta.get("name"))))
-
-
-def _name(function: Callable[..., Any]) -> str:
-    return str(getattr(function, "__qualname__", None) or repr(function))
 
 
 def _index_function(index: Index, api_client: Any) -> Callable[[dict[str, Any]], list[str]]:

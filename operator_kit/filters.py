@@ -91,7 +91,7 @@ def any_of(*filters: Filter) -> Filter:
     def either(event: WatchEvent) -> bool:
         return any(f(event) for f in filters)
 
-    either.__qualname__ = "any_of(" + ", ".join(_name(f) for f in filters) + ")"
+    either.__qualname__ = "any_of(" + ", ".join(function_name(f) for f in filters) + ")"
     return either
 
 
@@ -100,5 +100,6 @@ def passes(filters: tuple[Filter, ...], event: WatchEvent) -> bool:
     return all(f(event) for f in filters)
 
 
-def _name(function: Callable[..., Any]) -> str:
+def function_name(function: Callable[..., Any]) -> str:
+    """How logs name a user's function (filter, mapper, index): its qualified name."""
     return str(getattr(function, "__qualname__", None) or repr(function))

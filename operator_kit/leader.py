@@ -84,9 +84,11 @@ Wait = Callable[[threading.Event, float], bool]
 """How the elector sleeps: wait up to `seconds` for `stop`; True when stop is set."""
 
 
-def rule() -> Rule:
-    """The RBAC rule leader election needs: get, create and update Leases."""
-    return Rule(["coordination.k8s.io"], ["leases"], ["get", "create", "update"])
+def rules(lease_name: str) -> list[Rule]:
+    """The RBAC leader election needs: create Leases (a create has no name RBAC could
+    limit), then get and update only the Lease named `lease_name`."""
+    return [Rule(["coordination.k8s.io"], ["leases"], ["create"]),
+            Rule(["coordination.k8s.io"], ["leases"], ["get", "update"], [lease_name])]
 
 
 @dataclass(frozen=True)

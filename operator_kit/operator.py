@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from kubernetes import client
 
+from operator_kit import leader
 from operator_kit.client import Api, api_client, current_namespace
 from operator_kit.controller import Controller, ControllerRunner
 from operator_kit.events import EventRecorder
@@ -119,10 +120,7 @@ class Operator:
         for controller in self.controllers:
             rules.extend(controller.required_rules())
         if self.leader_election is not None:
-            # Creating cannot be limited by name (RBAC sees no name on a create); the rest is.
-            lease = self.leader_election.lease_name or self.name
-            rules += [Rule(["coordination.k8s.io"], ["leases"], ["create"]),
-                      Rule(["coordination.k8s.io"], ["leases"], ["get", "update"], [lease])]
+            rules += leader.rules(self.leader_election.lease_name or self.name)
         rules.extend(self._webhook_rules())
         return merge_rules(rules)
 

@@ -17,7 +17,7 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client import REGISTRY
 
 from operator_kit.client import Api
-from operator_kit.leader import LeaderElection, LeaderElector, default_identity, rule
+from operator_kit.leader import LeaderElection, LeaderElector, default_identity, rules
 from operator_kit.rbac import Rule
 
 NAMESPACE, NAME = "ops", "my-operator"
@@ -247,8 +247,10 @@ def test_identity_is_the_pod_name_else_host_and_random_suffix(
     assert re.fullmatch(r".+_[0-9a-f]{16}", first)
 
 
-def test_rule_grants_get_create_update_on_leases() -> None:
-    assert rule() == Rule(["coordination.k8s.io"], ["leases"], ["get", "create", "update"])
+def test_rules_grant_create_on_leases_and_get_update_on_its_own_lease_only() -> None:
+    assert rules("op") == [
+        Rule(["coordination.k8s.io"], ["leases"], ["create"]),
+        Rule(["coordination.k8s.io"], ["leases"], ["get", "update"], ["op"])]
 
 
 # -- acquiring -----------------------------------------------------------------------------
