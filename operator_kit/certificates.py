@@ -47,7 +47,7 @@ from kubernetes.client.exceptions import ApiException
 from operator_kit import _pki
 from operator_kit.client import Api
 
-__all__ = ["TlsFiles", "WebhookCertificate"]
+__all__ = ["ExternalCertificate", "TlsFiles", "WebhookCertificate"]
 
 logger = logging.getLogger("operator_kit.certificates")
 
@@ -55,6 +55,36 @@ TLS_CERT_ENV = "OPERATOR_KIT_TLS_CERT"
 TLS_KEY_ENV = "OPERATOR_KIT_TLS_KEY"
 DEFAULT_RENEW_WITHIN = datetime.timedelta(days=30)
 _ATTEMPTS = 10
+
+
+@dataclass(frozen=True)
+class ExternalCertificate:
+    """Bring your own webhook certificate: a ``kubernetes.io/tls`` Secret someone else
+    issues and renews (cert-manager: ``tls.crt``, ``tls.key``, ``ca.crt``).
+
+    ``Operator(..., webhook_certificate=ExternalCertificate(secret="backup-operator-tls"))``
+    (or ``python -m operator_kit.manifests APP --certificate-secret NAME``) makes the
+    manifests mount that Secret at ``OPERATOR_KIT_TLS_DIR`` instead of an emptyDir, set
+    ``OPERATOR_KIT_MANAGE_TLS=0``, annotate the webhook configurations and the converted
+    CRDs with ``cert-manager.io/inject-ca-from: <namespace>/<certificate>`` (so
+    cert-manager's CA injector owns their caBundle) and grant no write on the Secret
+    or the caBundles. The server reloads the mounted files when the kubelet swaps them
+    (`operator_kit.tls.ServingContext`); the operator never writes the Secret or a
+    caBundle, and is not ready while a caBundle does not trust what it serves.
+
+    `certificate` is the cert-manager Certificate that writes the Secret (the
+    annotation names it); by default it has the Secret's name.
+    """
+
+    secret: str
+    certificate: str | None = None
+
+    def inject_ca_from(self, namespace: str) -> str:
+        """The ``cert-manager.io/inject-ca-from`` annotation's value."""
+        return f"{namespace}/{self.certificate or self.secret}"
+
+
+INJECT_CA_FROM = "cert-manager.io/inject-ca-from"
 
 
 @dataclass(frozen=True)
@@ -204,14 +234,18 @@ class WebhookCertificate:
 
     # ------------------------------------------------------------------ files
 
-    def install(self, directory: str | os.PathLike[str]) -> TlsFiles:
+    def install(self, directory: str | os.PathLike[str], *, point_server: bool = True
+                ) -> TlsFiles:
         """Write ``tls.crt``, ``tls.key`` and ``ca.crt`` into `directory`; point the server at them.
 
         The key is created with mode 0600 (never readable by others, not even briefly);
         the certificates 0644; a directory created here gets 0700. Each file is replaced
         atomically, so a server reading them meanwhile sees the old or the new one.
         Sets ``OPERATOR_KIT_TLS_CERT`` and ``OPERATOR_KIT_TLS_KEY``, which
-        `operator_kit.gunicorn_conf` reads.
+        `operator_kit.gunicorn_conf` reads, unless `point_server` is False: the
+        `CertificateKeeper` installs into ``OPERATOR_KIT_TLS_DIR``, which the server reads
+        anyway, and must not leave them set in a process that starts other servers (a test
+        run: a later plain-HTTP gunicorn inherited them and served TLS instead).
         """
         path = Path(directory)
         if not path.exists():
@@ -222,8 +256,9 @@ class WebhookCertificate:
         _write_atomically(files.key, self.key_pem, 0o600)
         _write_atomically(files.cert, self.cert_pem, 0o644)
         _write_atomically(files.ca, self.ca_pem, 0o644)
-        os.environ[TLS_CERT_ENV] = str(files.cert)
-        os.environ[TLS_KEY_ENV] = str(files.key)
+        if point_server:
+            os.environ[TLS_CERT_ENV] = str(files.cert)
+            os.environ[TLS_KEY_ENV] = str(files.key)
         logger.info("installed webhook certificate %s in %s", self, path)
         return files
 

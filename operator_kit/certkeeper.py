@@ -37,6 +37,11 @@ certificates). Every replica runs a keeper; each pass (`sync`, every
    (cluster-scoped: the Event is in ``default``); the Normal ``WebhookCertificateTrusted``
    follows when it is mended.
 
+A webhook configuration or CRD whose Service is another namespace's belongs to another
+installation (`operator_kit.installation`): its caBundle is neither patched nor carried
+into the Secret, and the replica is not ready, with an ERROR line and a Warning Event
+``ForeignInstallation`` on that object.
+
 With ``manage=False`` (``OPERATOR_KIT_MANAGE_TLS=0``: the certificate is someone else's,
 e.g. a cert-manager Secret mounted in the directory, its caBundle injected by
 cert-manager's CA injector) the keeper writes nothing: it only does step 5 with the
@@ -71,8 +76,9 @@ from operator_kit.certificates import (
     service_dns_names,
     signer_of,
 )
-from operator_kit.client import Api
+from operator_kit.client import Api, error_message
 from operator_kit.events import EventRecorder
+from operator_kit.installation import foreign_owner
 
 __all__ = ["CertificateKeeper", "Rotation", "plan"]
 
@@ -308,14 +314,18 @@ class CertificateKeeper:
         before anything is served)."""
         for _ in range(_ATTEMPTS):
             targets = self._read_targets()
+            foreign = self._foreign(targets)
             if not self.manage:
-                self._check(targets, self._installed_from_files())
+                self._check(targets, self._installed_from_files(), foreign)
                 return
-            desired = self._settle_secret(targets)
+            # Another installation's caBundles are neither carried nor patched; the
+            # Secret (in our namespace) is still kept, so the server can start and say why
+            # it is not ready.
+            desired = self._settle_secret([] if foreign else targets)
             if desired is None:
                 continue  # the Secret changed meanwhile: start over
             try:
-                added = self._patch_bundles(targets, desired)
+                added = False if foreign else self._patch_bundles(targets, desired)
             except ApiException as err:
                 if err.status in (409, 422):
                     continue
@@ -323,10 +333,10 @@ class CertificateKeeper:
             if desired != self.installed:
                 if added and wait and self.installed is not None:
                     time.sleep(self.rotation.settle)  # let the API server load the new CA
-                desired.install(self.directory)
+                desired.install(self.directory, point_server=False)
                 self.installed = desired
             self.last = desired
-            self._check(targets, desired)
+            self._check(targets, desired, foreign)
             return
         raise RuntimeError(f"{self.where} or the caBundles kept changing during "
                            f"{_ATTEMPTS} attempts to follow them; is another program "
@@ -345,8 +355,26 @@ class CertificateKeeper:
               for n in self.crds),
         ]
         for target in targets:
-            target.obj = _get_or_none(self.api, target.path)
+            try:
+                target.obj = _get_or_none(self.api, target.path)
+            except ApiException as err:
+                if err.status != 403:
+                    raise
+                raise RuntimeError(
+                    f"cannot read {target.kind} {target.name}: {error_message(err)}; if "
+                    f"ClusterRoleBinding {self.service} binds another namespace's "
+                    "ServiceAccount, this operator is installed there (one installation "
+                    "per cluster, see operator_kit.installation)") from None
         return targets
+
+    def _foreign(self, targets: Sequence[_Target]) -> tuple[str, dict[str, Any]] | None:
+        """The first target that belongs to another installation: why, and the object."""
+        for target in targets:
+            if target.obj is not None:
+                why = foreign_owner(target.obj, self.namespace, self.service)
+                if why:
+                    return why, target.obj
+        return None
 
     def _settle_secret(self, targets: Sequence[_Target]) -> WebhookCertificate | None:
         """What the Secret holds once this pass wrote what it should; None on a conflict."""
@@ -426,9 +454,14 @@ class CertificateKeeper:
             return None
         return WebhookCertificate(ca, cert, b"")
 
-    def _check(self, targets: Sequence[_Target], served: WebhookCertificate | None) -> None:
+    def _check(self, targets: Sequence[_Target], served: WebhookCertificate | None,
+               foreign: tuple[str, dict[str, Any]] | None = None) -> None:
         now = _now()
         problem, about = None, self._secret_obj
+        if foreign is not None:
+            problem, about = foreign
+            self._report(problem, about, reason="ForeignInstallation")
+            return
         if served is None:
             problem = f"no certificate in {self.directory}"
         else:
@@ -450,7 +483,8 @@ class CertificateKeeper:
                     "refuse its calls", target.obj)
         self._report(problem, about or next((t.obj for t in targets if t.obj), None))
 
-    def _report(self, problem: str | None, about: dict[str, Any] | None) -> None:
+    def _report(self, problem: str | None, about: dict[str, Any] | None,
+                reason: str = "WebhookCertificateUntrusted") -> None:
         """Log and post an Event (on the untrusting object, else the Secret) on a change."""
         if problem == self.problem:
             return
@@ -459,7 +493,7 @@ class CertificateKeeper:
         if problem:
             logger.error("webhook certificate: %s; this replica reports not ready", problem)
             if self.recorder is not None and about is not None:
-                self.recorder.event(about, warning=True, reason="WebhookCertificateUntrusted",
+                self.recorder.event(about, warning=True, reason=reason,
                                     note=f"{who}: {problem}")
         elif previous and not previous.endswith("not checked yet"):
             logger.info("webhook certificate: trusted by every caBundle again; ready")

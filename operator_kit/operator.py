@@ -38,6 +38,7 @@ from operator_kit.resources import CustomResource
 from operator_kit.watching import Informers
 
 if TYPE_CHECKING:
+    from operator_kit.certificates import ExternalCertificate
     from operator_kit.webhooks import Registration, Webhooks
 
 log = logging.getLogger("operator_kit.operator")
@@ -57,8 +58,11 @@ class Operator:
         shutdown_timeout: float = 30.0,
         watch_stall_timeout: float = 90.0,
         exit_on_lost_lease: bool = True,
+        webhook_certificate: ExternalCertificate | None = None,
     ) -> None:
         self.name = name
+        # None: the replicas keep their own certificate (operator_kit.certkeeper).
+        self.webhook_certificate = webhook_certificate
         self.leader_election = leader_election
         self._namespace = namespace
         self.exit_on_lost_lease = exit_on_lost_lease
@@ -185,9 +189,10 @@ class Operator:
         first replica creates the certificate Secret, the others read it (and heal or
         renew it when needed); every configuration and conversion webhook of this
         operator is told to trust its CA (`operator_kit.certkeeper`). Nothing to do, and
-        nothing done, when the operator has no webhooks.
+        nothing done, when the operator has no webhooks or brings its own certificate
+        (`webhook_certificate`).
         """
-        if not self.webhook_registrations():
+        if not self.webhook_registrations() or self.webhook_certificate is not None:
             return
         # A client of its own: this runs in gunicorn's master, whose connections must not
         # be inherited by the worker it forks.
@@ -204,16 +209,19 @@ class Operator:
         the served certificate. With `manage` False only that check is made."""
         if not self.webhook_registrations():
             return
+        manage = manage and self.webhook_certificate is None
         keeper = self._certificate_keeper(self.api, directory, manage=manage)
         keeper.recorder = EventRecorder(self.api, self.name)
-        if not manage:
+        if manage and keeper.installed is not None and keeper.problem is None:
+            pass  # just installed and checked by prepare_webhook_tls in the master
+        else:  # check now (and post the Event the master could not, e.g. another
+            # installation's webhook configuration)
+            keeper.problem = "the webhook certificate was not checked yet"
             try:
                 keeper.sync()
             except Exception as err:  # noqa: BLE001 - the thread retries; logged
                 log.error("operator %s: checking the webhook certificate failed: %s",
                           self.name, err)
-        else:
-            keeper.problem = None  # just installed by prepare_webhook_tls in the master
         keeper.start(self.stopping)
 
     def _certificate_keeper(self, api: Api, directory: str, *, manage: bool) -> Any:
@@ -246,16 +254,20 @@ class Operator:
         """What serving webhooks needs: the shared certificate and the CA bundle patches."""
         if not self.webhook_registrations():
             return []
-        rules = [Rule([""], ["secrets"], ["create"]),
-                 Rule([""], ["secrets"], ["get", "update"], [self.webhook_secret]),
-                 Rule([""], ["events"], ["create", "get", "patch"])]
+        external = self.webhook_certificate is not None
+        rules = [Rule([""], ["events"], ["create", "get", "patch"])]
+        if not external:  # a mounted Secret is read by the kubelet, not by the operator
+            rules += [Rule([""], ["secrets"], ["create"]),
+                      Rule([""], ["secrets"], ["get", "update"], [self.webhook_secret])]
         validating, mutating, crds = self._ca_bundle_targets()
         for names, group, resource in (
                 (validating, "admissionregistration.k8s.io", "validatingwebhookconfigurations"),
                 (mutating, "admissionregistration.k8s.io", "mutatingwebhookconfigurations"),
                 (crds, "apiextensions.k8s.io", "customresourcedefinitions")):
             if names:
-                rules.append(Rule([group], [resource], ["get", "patch"], names))
+                # Brought-your-own: read to check trust; cert-manager writes the caBundle.
+                rules.append(Rule([group], [resource], ["get"] if external else ["get", "patch"],
+                                  names))
         return rules
 
     def ready(self) -> bool:

@@ -15,6 +15,12 @@
    spreads the pods over nodes and a PodDisruptionBudget that keeps one serving
    during a drain (the webhooks fail closed: none serving means no writes);
 4. the Validating/MutatingWebhookConfigurations for the registered admission webhooks.
+
+With a certificate brought along (`ExternalCertificate`: the Operator's
+``webhook_certificate`` or the `certificate` argument), the Deployment mounts that Secret
+at ``OPERATOR_KIT_TLS_DIR`` and sets ``OPERATOR_KIT_MANAGE_TLS=0``; the webhook
+configurations and the converted CRDs carry ``cert-manager.io/inject-ca-from``, so
+cert-manager's CA injector fills their caBundle, which the operator may only read.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from __future__ import annotations
 import warnings
 from typing import TYPE_CHECKING, Any
 
+from operator_kit.certificates import INJECT_CA_FROM, ExternalCertificate
 from operator_kit.manifests._crd import crd, with_conversion_webhook
 from operator_kit.manifests._rbac import Rbac
 from operator_kit.manifests._webhooks import WebhookRule, WebhookTarget, webhook_configuration
@@ -42,12 +49,17 @@ def kinds_of(operator: Operator) -> list[type[CustomResource]]:
 
 def operator_manifests(operator: Operator, *, app: str, namespace: str, image: str,
                        replicas: int = 2, ca_bundle: bytes | None = None,
-                       webhook_port: int = 443) -> list[dict[str, Any]]:
+                       webhook_port: int = 443,
+                       certificate: ExternalCertificate | None = None) -> list[dict[str, Any]]:
     """All documents the operator needs, for ``kubectl apply -f -``.
 
     `app` is how the image imports the operator (``MODULE:ATTR``, gunicorn's
     ``OPERATOR_KIT_APP``); `webhook_port` is the Service port the API server calls the
-    webhooks on."""
+    webhooks on; `certificate` (default: the operator's ``webhook_certificate``) a
+    Secret to mount instead of the certificate the replicas keep themselves."""
+    certificate = certificate or operator.webhook_certificate
+    inject = ({INJECT_CA_FROM: certificate.inject_ca_from(namespace)} if certificate
+              else None)
     target = WebhookTarget(operator.name, namespace, webhook_port, ca_bundle)
     registrations = operator.webhook_registrations()
     converters = [r for r in registrations if r.type == "convert"]
@@ -56,6 +68,8 @@ def operator_manifests(operator: Operator, *, app: str, namespace: str, image: s
         definition = crd(kind)
         if converters and len(kind.versions()) > 1:
             definition = with_conversion_webhook(definition, target, converters[0].path)
+            if inject:
+                definition["metadata"]["annotations"] = dict(inject)
         elif _served_schemas_differ(definition):
             warnings.warn(_NO_CONVERTER.format(
                 kind=kind.kind, versions=", ".join(v.version for v in kind.versions())),
@@ -64,7 +78,8 @@ def operator_manifests(operator: Operator, *, app: str, namespace: str, image: s
     docs += Rbac(operator.name, namespace).rules(*operator.rules()).documents()
     docs.append(service(operator.name, namespace))
     docs.append(deployment(operator.name, app=app, namespace=namespace, image=image,
-                           replicas=replicas))
+                           replicas=replicas,
+                           tls_secret=certificate.secret if certificate else None))
     if replicas > 1:
         docs.append(disruption_budget(operator.name, namespace))
     for mutating in (False, True):
@@ -72,6 +87,8 @@ def operator_manifests(operator: Operator, *, app: str, namespace: str, image: s
                  if r.kind is not None and r.type == ("mutate" if mutating else "validate")]
         if rules:
             docs.append(webhook_configuration(operator.name, mutating, target, rules))
+            if inject:
+                docs[-1]["metadata"]["annotations"] = dict(inject)
     return docs
 
 
@@ -111,8 +128,9 @@ def _probe(path: str) -> dict[str, Any]:
 
 
 def deployment(name: str, *, app: str, namespace: str, image: str,
-               replicas: int = 2) -> dict[str, Any]:
-    """The operator's Deployment: gunicorn serving webhooks, probes and metrics over TLS."""
+               replicas: int = 2, tls_secret: str | None = None) -> dict[str, Any]:
+    """The operator's Deployment: gunicorn serving webhooks, probes and metrics over TLS
+    (with `tls_secret`, from that Secret mounted read-only; the operator writes none)."""
     env: list[dict[str, Any]] = [
         {"name": "OPERATOR_KIT_APP", "value": app},
         {"name": "OPERATOR_KIT_BIND", "value": f"0.0.0.0:{WEBHOOK_PORT}"},
@@ -121,6 +139,13 @@ def deployment(name: str, *, app: str, namespace: str, image: str,
         {"name": "POD_NAMESPACE",
          "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
     ]
+    tls_volume: dict[str, Any] = {"name": "tls", "emptyDir": {"medium": "Memory",
+                                                              "sizeLimit": "1Mi"}}
+    if tls_secret:
+        env.append({"name": "OPERATOR_KIT_MANAGE_TLS", "value": "0"})
+        # Readable by the pod's group only (fsGroup below), never written by the pod.
+        tls_volume = {"name": "tls", "secret": {"secretName": tls_secret,
+                                                "defaultMode": 0o440}}
     container = {
         "name": "operator",
         "image": image,
@@ -136,7 +161,8 @@ def deployment(name: str, *, app: str, namespace: str, image: str,
             "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
             "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]},
         },
-        "volumeMounts": [{"name": "tls", "mountPath": "/run/operator-kit/tls"},
+        "volumeMounts": [{"name": "tls", "mountPath": "/run/operator-kit/tls",
+                          **({"readOnly": True} if tls_secret else {})},
                          {"name": "tmp", "mountPath": "/tmp"}],
     }
     return {
@@ -154,12 +180,12 @@ def deployment(name: str, *, app: str, namespace: str, image: str,
                     "serviceAccountName": name,
                     "securityContext": {"runAsNonRoot": True, "runAsUser": 65532,
                                         "runAsGroup": 65532,
+                                        **({"fsGroup": 65532} if tls_secret else {}),
                                         "seccompProfile": {"type": "RuntimeDefault"}},
                     "terminationGracePeriodSeconds": 40,
                     **({"affinity": _spread(name)} if replicas > 1 else {}),
                     "containers": [container],
-                    "volumes": [{"name": "tls", "emptyDir": {"medium": "Memory",
-                                                             "sizeLimit": "1Mi"}},
+                    "volumes": [tls_volume,
                                 {"name": "tmp", "emptyDir": {"sizeLimit": "32Mi"}}],
                 },
             },

@@ -297,7 +297,7 @@ def test_a_replica_whose_certificate_the_ca_bundle_does_not_trust_is_not_ready_a
         cluster.api.request("PUT", path, body=obj)
     # A certificate that is not ours to manage (cert-manager's): only checked.
     observer = keeper_for(manage=False, recorder=EventRecorder(cluster.api, "backup-operator"))
-    managed.installed.install(observer.directory)
+    managed.installed.install(observer.directory, point_server=False)
     observer.sync()
     assert not observer.ready()
     assert "does not trust the certificate this replica serves" in (observer.problem or "")

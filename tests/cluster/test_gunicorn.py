@@ -36,7 +36,7 @@ def test_gunicorn_serves_probes_and_metrics_and_runs_the_controllers(
         namespace: Namespace, cluster: TestCluster, tmp_path: Path) -> None:
     certificate = WebhookCertificate.generate_for("localhost", ["localhost"])
     tls = tmp_path / "tls"
-    certificate.install(tls)
+    certificate.install(tls, point_server=False)
     port = free_port()
     env = dict(os.environ, OPERATOR_KIT_APP="tests.cluster.served_operator:operator",
                OPERATOR_KIT_BIND=f"127.0.0.1:{port}", OPERATOR_KIT_TLS_DIR=str(tls),

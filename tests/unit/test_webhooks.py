@@ -899,7 +899,8 @@ def test_gunicorn_conf_serves_tls_from_the_installed_certificate(
 def test_gunicorn_conf_finds_tls_files_in_a_directory_and_binds_all_addresses_in_a_pod(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    WebhookCertificate.generate_for("localhost", ["localhost"]).install(tmp_path)
+    cert = WebhookCertificate.generate_for("localhost", ["localhost"])
+    cert.install(tmp_path, point_server=False)
     conf = load_conf(
         monkeypatch, OPERATOR_KIT_TLS_DIR=str(tmp_path), KUBERNETES_SERVICE_HOST="10.0.0.1"
     )
