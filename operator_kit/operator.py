@@ -118,14 +118,19 @@ class Operator:
                 )
         return [seen[name] for name in sorted(seen)]
 
-    def rules(self) -> list[Rule]:
-        """Every RBAC rule this operator needs, merged per API group and resource."""
+    def rules(self, *, external_certificate: bool | None = None) -> list[Rule]:
+        """Every RBAC rule this operator needs, merged per API group and resource.
+
+        `external_certificate` (default: whether `webhook_certificate` is set): the
+        webhook certificate is a mounted Secret, so no Secret or caBundle is written."""
         rules: list[Rule] = []
         for controller in self.controllers:
             rules.extend(controller.required_rules())
         if self.leader_election is not None:
             rules += leader.rules(self.leader_election.lease_name or self.name)
-        rules.extend(self._webhook_rules())
+        if external_certificate is None:
+            external_certificate = self.webhook_certificate is not None
+        rules.extend(self._webhook_rules(external_certificate))
         return merge_rules(rules)
 
     @property
@@ -250,11 +255,10 @@ class Operator:
         return ([self.name] if "validate" in types else [],
                 [self.name] if "mutate" in types else [], crds)
 
-    def _webhook_rules(self) -> list[Rule]:
+    def _webhook_rules(self, external: bool) -> list[Rule]:
         """What serving webhooks needs: the shared certificate and the CA bundle patches."""
         if not self.webhook_registrations():
             return []
-        external = self.webhook_certificate is not None
         rules = [Rule([""], ["events"], ["create", "get", "patch"])]
         if not external:  # a mounted Secret is read by the kubelet, not by the operator
             rules += [Rule([""], ["secrets"], ["create"]),

@@ -75,13 +75,15 @@ def operator_manifests(operator: Operator, *, app: str, namespace: str, image: s
                 kind=kind.kind, versions=", ".join(v.version for v in kind.versions())),
                 UserWarning, stacklevel=2)
         docs.append(definition)
-    docs += Rbac(operator.name, namespace).rules(*operator.rules()).documents()
+    docs += Rbac(operator.name, namespace).rules(
+        *operator.rules(external_certificate=certificate is not None)).documents()
     docs.append(service(operator.name, namespace))
     docs.append(deployment(operator.name, app=app, namespace=namespace, image=image,
                            replicas=replicas,
                            tls_secret=certificate.secret if certificate else None))
     if replicas > 1:
         docs.append(disruption_budget(operator.name, namespace))
+    docs.append(network_policy(operator.name, namespace))
     for mutating in (False, True):
         rules = [WebhookRule(r.kind, r.path) for r in registrations
                  if r.kind is not None and r.type == ("mutate" if mutating else "validate")]
@@ -209,4 +211,22 @@ def disruption_budget(name: str, namespace: str) -> dict[str, Any]:
         "metadata": {"name": name, "namespace": namespace, "labels": _labels(name)},
         "spec": {"maxUnavailable": 1,
                  "selector": {"matchLabels": {"app.kubernetes.io/name": name}}},
+    }
+
+
+def network_policy(name: str, namespace: str) -> dict[str, Any]:
+    """Ingress to the pods on their TLS port only (webhook calls, probes, metrics).
+
+    Egress is left open: the operator calls the API server, whose address behind the
+    ``kubernetes`` Service (after its DNAT, which is what a NetworkPolicy sees) differs
+    from cluster to cluster; a guessed rule would cut the operator off (README,
+    "kube-score")."""
+    return {
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": {"name": name, "namespace": namespace, "labels": _labels(name)},
+        "spec": {
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": name}},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"ports": [{"port": "https", "protocol": "TCP"}]}],
+        },
     }
