@@ -294,6 +294,7 @@ class CertificateKeeper:
     installed: WebhookCertificate | None = field(default=None, repr=False)
     problem: str | None = "the webhook certificate was not checked yet"
     rotations: int = 0
+    foreign: str | None = None  # why another installation owns a target (last pass)
     _secret_obj: dict[str, Any] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -315,6 +316,7 @@ class CertificateKeeper:
         for _ in range(_ATTEMPTS):
             targets = self._read_targets()
             foreign = self._foreign(targets)
+            self.foreign = foreign[0] if foreign else None
             if not self.manage:
                 self._check(targets, self._installed_from_files(), foreign)
                 return

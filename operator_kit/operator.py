@@ -320,6 +320,11 @@ class Operator:
         """Start the controllers — at once, or once this replica holds the Lease."""
         if not self.controllers:
             raise RuntimeError(f"operator {self.name} has no controllers to run")
+        foreign = getattr(self._tls_keeper, "foreign", None)
+        if foreign:  # one installation per cluster (operator_kit.installation)
+            log.error("operator %s: not starting the controllers: %s; restart this replica "
+                      "once that is fixed", self.name, foreign)
+            return
         self.check_kinds()
         if self.leader_election is None:
             self._start_controllers()
