@@ -266,3 +266,39 @@ def test_a_cert_manager_secret_mounted_is_served_reloaded_and_the_ca_bundle_left
               "caBundles and Secret untouched")
     finally:
         deployed.delete()
+
+
+def test_a_running_replica_whose_configuration_another_installation_took_over_steps_back(
+        cluster: TestCluster, namespace: Namespace, tmp_path: Path) -> None:
+    """team-b's manifests applied without --check: team-a's keeper never patches back."""
+    from operator_kit.certkeeper import CertificateKeeper, Rotation
+    from operator_kit.events import EventRecorder
+
+    deployed = LocalDeployment(cluster, operator, app=APP, namespace=namespace.name,
+                               replicas=1, pythonpath=[SAMPLE_DIR])
+    deployed.apply()
+    try:
+        keeper = CertificateKeeper(
+            cluster.api, namespace.name, "backup-operator-webhook-tls", "backup-operator",
+            tmp_path / "tls", validating=["backup-operator"], mutating=["backup-operator"],
+            crds=["backups.example.com"], rotation=Rotation(poll_interval=2, settle=0),
+            recorder=EventRecorder(cluster.api, "backup-operator"))
+        keeper.sync()
+        assert keeper.ready() and keeper.foreign is None
+        path = TARGETS[0]
+        taken = cluster.api.get(path)
+        for hook in taken["webhooks"]:
+            hook["clientConfig"]["service"]["namespace"] = "team-b"
+            hook["clientConfig"]["caBundle"] = base64.b64encode(b"team-b's CA").decode()
+        version = cluster.api.request("PUT", path, body=taken)["metadata"]["resourceVersion"]
+        keeper.sync()
+        assert not keeper.ready()
+        assert keeper.foreign is not None and keeper.foreign.startswith(
+            "ValidatingWebhookConfiguration backup-operator belongs to the installation in "
+            "namespace team-b")
+        assert cluster.api.get(path)["metadata"]["resourceVersion"] == version
+        eventually(10, lambda: [
+            e for e in cluster.api.get("/api/v1/namespaces/default/events")["items"]
+            if e["reason"] == "ForeignInstallation" and namespace.name in e["message"]])
+    finally:
+        deployed.delete()
