@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None, *, operator: Operator | None = None,
     parser.add_argument("--replicas", type=int, default=2, help="default: %(default)s")
     parser.add_argument("--no-namespace", dest="namespace_document", action="store_false",
                         help="leave the Namespace document out (it exists already)")
-    parser.add_argument("--version", dest="app_version", metavar="VERSION",
+    parser.add_argument("--app-version", metavar="VERSION",
                         help="the app.kubernetes.io/version label (default: the image's tag)")
     parser.add_argument("--kustomize", metavar="DIR", help="write a kustomize base into DIR "
                         "instead of printing one stream")
