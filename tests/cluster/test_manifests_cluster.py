@@ -153,35 +153,52 @@ def test_operator_runs_under_a_kustomize_name_prefix(cluster: TestCluster,
     try:
         with deployment:
             deployment.start()
-            deployment.wait_serving()
-            backups = f"/apis/example.com/v1/namespaces/{namespace.name}/backups"
+            try:
+                deployment.wait_serving()
+                backups = f"/apis/example.com/v1/namespaces/{namespace.name}/backups"
 
-            def denied() -> bool:
-                try:
-                    cluster.api.request("POST", backups, body={
-                        "apiVersion": "example.com/v1", "kind": "Backup",
-                        "metadata": {"name": "no-schedule"}, "spec": {"database": "orders"}})
-                except ApiException as err:
-                    return "spec.schedule is required" in str(err.body)
-                raise AssertionError("a Backup without a schedule was admitted")
+                def denied() -> bool:
+                    try:
+                        cluster.api.request("POST", backups, body={
+                            "apiVersion": "example.com/v1", "kind": "Backup",
+                            "metadata": {"name": "no-schedule"},
+                            "spec": {"database": "orders"}})
+                    except ApiException as err:
+                        return "spec.schedule is required" in str(err.body)
+                    raise AssertionError("a Backup without a schedule was admitted")
 
-            eventually(60, denied, message="the renamed validating webhook answers")
-            created = cluster.api.request("POST", backups, body={
-                "apiVersion": "example.com/v1", "kind": "Backup",
-                "metadata": {"name": "nightly"},
-                "spec": {"database": "orders", "schedule": "0 3 * * *"}})
-            assert created["metadata"]["labels"]["example.com/managed"] == "true"
-            eventually(60, lambda: namespace.get("batch/v1", "CronJob", "nightly"),
-                       message=f"the Backup is reconciled\n{deployment.logs()}")
-            v2 = cluster.api.get(f"/apis/example.com/v2/namespaces/{namespace.name}"
-                                 "/backups/nightly")
-            assert v2["spec"]["source"] == {"database": "orders"}
-            for kind in ("validating", "mutating"):
-                config = cluster.api.get("/apis/admissionregistration.k8s.io/v1/"
-                                         f"{kind}webhookconfigurations/dev-backup-operator")
-                assert config["webhooks"][0]["clientConfig"].get("caBundle"), kind
-                with pytest.raises(ApiException):  # nothing under the plain name
-                    cluster.api.get("/apis/admissionregistration.k8s.io/v1/"
-                                    f"{kind}webhookconfigurations/backup-operator")
+                eventually(60, denied, message="the renamed validating webhook answers")
+                created = cluster.api.request("POST", backups, body={
+                    "apiVersion": "example.com/v1", "kind": "Backup",
+                    "metadata": {"name": "nightly"},
+                    "spec": {"database": "orders", "schedule": "0 3 * * *"}})
+                assert created["metadata"]["labels"]["example.com/managed"] == "true"
+                eventually(60, lambda: namespace.get("batch/v1", "CronJob", "nightly"),
+                           message="the Backup is reconciled")
+
+                def ready() -> bool:
+                    backup = namespace.get("example.com/v1", "Backup", "nightly") or {}
+                    return any(c["type"] == "Ready" and c["status"] == "True"
+                               for c in (backup.get("status") or {}).get("conditions", ()))
+
+                eventually(30, ready, message="the Backup's Ready condition is True")
+                v2 = cluster.api.get(f"/apis/example.com/v2/namespaces/{namespace.name}"
+                                     "/backups/nightly")
+                assert v2["spec"]["source"] == {"database": "orders"}
+                for kind in ("validating", "mutating"):
+                    config = cluster.api.get("/apis/admissionregistration.k8s.io/v1/"
+                                             f"{kind}webhookconfigurations/dev-backup-operator")
+                    assert config["webhooks"][0]["clientConfig"].get("caBundle"), kind
+                    with pytest.raises(ApiException):  # nothing under the plain name
+                        cluster.api.get("/apis/admissionregistration.k8s.io/v1/"
+                                        f"{kind}webhookconfigurations/backup-operator")
+            finally:  # while the operator runs: its finalizer must let the Backups go
+                _delete_backups(cluster, namespace)
     finally:
         deployment.delete()
+
+
+def _delete_backups(cluster: TestCluster, namespace: Namespace) -> None:
+    cluster.api.request("DELETE", f"/apis/example.com/v1/namespaces/{namespace.name}/backups")
+    eventually(60, lambda: not namespace.list("example.com/v1", "Backup"),
+               message="the operator's finalizer released every Backup")
