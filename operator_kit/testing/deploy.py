@@ -129,8 +129,8 @@ class LocalDeployment:
             documents = operator_manifests(operator, app=app, namespace=namespace,
                                            image="local", replicas=replicas,
                                            webhook_port=self.port)
-        pod = next((d["spec"]["template"]["spec"] for d in documents
-                    if d["kind"] == "Deployment"), {})
+        pod: dict[str, Any] = next((d["spec"]["template"]["spec"] for d in documents
+                                    if d["kind"] == "Deployment"), {})
         self.service_account = pod.get("serviceAccountName", operator.name)
         # The Deployment's plain values (names it tells the operator); the local ones win.
         self.environment = {e["name"]: e["value"] for c in pod.get("containers", ())[:1]
