@@ -71,6 +71,13 @@ ENV = {
     "health_probe_bind_address": "OPERATOR_KIT_HEALTH_PROBE_BIND_ADDRESS",
     "metrics_bind_address": "OPERATOR_KIT_METRICS_BIND_ADDRESS",
 }
+# The names of the operator's webhook Service and configurations, when its manifests were
+# renamed (a kustomize namePrefix rewrites these values in the Deployment too).
+NAME_ENV = {
+    "webhook_service": "OPERATOR_KIT_WEBHOOK_SERVICE",
+    "validating_configuration": "OPERATOR_KIT_VALIDATING_WEBHOOK_CONFIGURATION",
+    "mutating_configuration": "OPERATOR_KIT_MUTATING_WEBHOOK_CONFIGURATION",
+}
 PROBE_PORT, METRICS_PORT = 8081, 8080
 
 
@@ -216,7 +223,8 @@ def parse_address(text: str, where: str) -> Address | None:
 
 def apply_environment(operator: Operator, settings: Settings | None = None) -> None:
     """Give `operator` the namespaces and kubeconfig the settings (by default: the
-    environment variables, as under gunicorn) name."""
+    environment variables, as under gunicorn) name, and the names of its webhook Service
+    and configurations that the environment gives (`NAME_ENV`)."""
     if settings is None:
         settings = Settings(namespace=os.environ.get(ENV["namespace"]) or None,
                             watch_namespace=os.environ.get(ENV["watch_namespace"]) or None)
@@ -228,6 +236,9 @@ def apply_environment(operator: Operator, settings: Settings | None = None) -> N
         for controller in operator.controllers:
             if controller.namespace is None and controller.resource.namespaced:
                 controller.namespace = settings.watch_namespace
+    for attribute, variable in NAME_ENV.items():
+        if os.environ.get(variable):
+            setattr(operator, attribute, os.environ[variable])
 
 
 # -- the probe and metrics servers -------------------------------------------------------

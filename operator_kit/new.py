@@ -180,7 +180,7 @@ def test_manifests_are_generated_from_the_code() -> None:
     out = subprocess.run([sys.executable, "-m", "$package", "--manifests"],
                          capture_output=True, text=True, check=True).stdout
     kinds = [doc["kind"] for doc in yaml.safe_load_all(out)]
-    assert kinds[0] == "CustomResourceDefinition"
+    assert kinds[:2] == ["Namespace", "CustomResourceDefinition"]
     assert {"ClusterRole", "Deployment", "ValidatingWebhookConfiguration"} <= set(kinds)
 '''
 

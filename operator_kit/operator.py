@@ -83,6 +83,13 @@ class Operator:
         self._webhooks: Webhooks | None = None
         self._reported_dead: list[str] = []
         self._tls_keeper: Any = None  # a certkeeper.CertificateKeeper once serving webhooks
+        # Objects of its manifests it refers to by name at run time. A kustomize namePrefix
+        # renames them, and the Deployment's environment then says the new names
+        # (`operator_kit.cli.apply_environment`). The Lease and the certificate Secret,
+        # which it creates itself, keep their names (both live in its namespace).
+        self.webhook_service = name
+        self.validating_configuration = name
+        self.mutating_configuration = name
         for controller in controllers:
             self.add(controller)
 
@@ -199,6 +206,9 @@ class Operator:
         """
         if not self.webhook_registrations() or self.webhook_certificate is not None:
             return
+        from operator_kit.cli import apply_environment
+
+        apply_environment(self)  # the renamed Service and configurations, the namespace
         # A client of its own: this runs in gunicorn's master, whose connections must not
         # be inherited by the worker it forks.
         with api_client(self.kubeconfig) as api:
@@ -214,6 +224,9 @@ class Operator:
         the served certificate. With `manage` False only that check is made."""
         if not self.webhook_registrations():
             return
+        from operator_kit.cli import apply_environment
+
+        apply_environment(self)
         manage = manage and self.webhook_certificate is None
         keeper = self._certificate_keeper(self.api, directory, manage=manage)
         keeper.recorder = EventRecorder(self.api, self.name)
@@ -236,7 +249,7 @@ class Operator:
         if keeper is None or keeper.manage != manage:
             validating, mutating, crds = self._ca_bundle_targets()
             keeper = CertificateKeeper(
-                api, self.namespace, self.webhook_secret, self.name, Path(directory),
+                api, self.namespace, self.webhook_secret, self.webhook_service, Path(directory),
                 validating=validating, mutating=mutating, crds=crds,
                 rotation=Rotation.from_env(), manage=manage)
             self._tls_keeper = keeper
@@ -245,15 +258,16 @@ class Operator:
 
     def _ca_bundle_targets(self) -> tuple[list[str], list[str], list[str]]:
         """What must trust the webhook CA: the validating and the mutating configuration
-        (named after the operator) when it has such webhooks, and the CRDs its conversion
-        webhook converts — the same kinds the manifests give ``conversion: Webhook``."""
+        (`validating_configuration`, `mutating_configuration`) when it has such webhooks,
+        and the CRDs its conversion webhook converts — the same kinds the manifests give
+        ``conversion: Webhook``."""
         types = {r.type for r in self.webhook_registrations()}
         crds: list[str] = []
         if "convert" in types:
             crds = sorted(f"{k.plural}.{k.group}" for k in self.custom_kinds()
                           if len(k.versions()) > 1)
-        return ([self.name] if "validate" in types else [],
-                [self.name] if "mutate" in types else [], crds)
+        return ([self.validating_configuration] if "validate" in types else [],
+                [self.mutating_configuration] if "mutate" in types else [], crds)
 
     def _webhook_rules(self, external: bool) -> list[Rule]:
         """What serving webhooks needs: the shared certificate and the CA bundle patches."""

@@ -7,7 +7,9 @@
   merged per resource) and ClusterRoleBinding; `.leader_election()` adds the Lease Role.
 - `webhook_configuration(name, mutating, target, rules, fail_closed)` with
   `WebhookTarget` and `WebhookRule`: Validating/MutatingWebhookConfigurations.
-- `to_yaml(docs)`: a deterministic YAML stream.
+- `to_yaml(docs)`: a deterministic YAML stream; `kustomize_base(docs)` /
+  `write_kustomize_base(dir, docs)`: the same documents as a kustomize base.
+- `RecommendedLabels`: the ``app.kubernetes.io/*`` labels every document carries.
 
 ``python -m operator_kit.manifests MODULE:ATTR`` prints everything an operator needs, as
 `operator_manifests(operator, ...)` returns it.
@@ -15,6 +17,8 @@
 
 from operator_kit.manifests._crd import crd, with_conversion_webhook
 from operator_kit.manifests._deploy import operator_manifests
+from operator_kit.manifests._kustomize import kustomize_base, write_kustomize_base
+from operator_kit.manifests._labels import RecommendedLabels
 from operator_kit.manifests._rbac import LEASE_RULE, Rbac
 from operator_kit.manifests._webhooks import (
     WebhookRule,
@@ -27,12 +31,15 @@ from operator_kit.manifests._yaml import to_yaml
 __all__ = [
     "LEASE_RULE",
     "Rbac",
+    "RecommendedLabels",
     "WebhookRule",
     "WebhookTarget",
     "crd",
+    "kustomize_base",
     "operator_manifests",
     "to_yaml",
     "webhook_configuration",
     "webhook_name",
     "with_conversion_webhook",
+    "write_kustomize_base",
 ]

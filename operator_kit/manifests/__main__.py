@@ -2,7 +2,10 @@
 
 The YAML stream holds everything the operator named by MODULE:ATTR needs, in apply
 order — CRDs, RBAC, the webhook Service and the Deployment, webhook configurations —
-ready for ``kubectl apply -f -``.
+ready for ``kubectl apply -f -``: the Namespace first (``--no-namespace`` leaves it
+out). ``--kustomize DIR`` writes the same documents as a kustomize base instead (one
+file per concern, a kustomization.yaml and a kustomizeconfig.yaml that keeps every
+reference right under an overlay's namePrefix; see `operator_kit.manifests._kustomize`).
 
 ``--check`` first reads the cluster of the current kubeconfig (or ``--kubeconfig``) and
 refuses — exit 1, one line per object on stderr, nothing on stdout — when the operator
@@ -19,6 +22,7 @@ from typing import Any
 
 from operator_kit.certificates import ExternalCertificate
 from operator_kit.manifests._deploy import operator_manifests
+from operator_kit.manifests._kustomize import write_kustomize_base
 from operator_kit.manifests._yaml import to_yaml
 from operator_kit.operator import Operator
 from operator_kit.webhooks import import_target
@@ -45,6 +49,12 @@ def main(argv: list[str] | None = None, *, operator: Operator | None = None,
                         "namespace of the cluster (reads the current kubeconfig)")
     parser.add_argument("--kubeconfig", help="the cluster --check reads (default: "
                         "$KUBECONFIG, then ~/.kube/config, then in-cluster)")
+    parser.add_argument("--no-namespace", dest="namespace_document", action="store_false",
+                        help="leave the Namespace document out (it exists already)")
+    parser.add_argument("--app-version", metavar="VERSION",
+                        help="the app.kubernetes.io/version label (default: the image's tag)")
+    parser.add_argument("--kustomize", metavar="DIR", help="write a kustomize base into DIR "
+                        "instead of printing one stream")
     args = parser.parse_args(argv)
     if operator is None:
         app = args.app
@@ -62,9 +72,15 @@ def main(argv: list[str] | None = None, *, operator: Operator | None = None,
     namespace = args.namespace or operator.name
     certificate = (ExternalCertificate(args.certificate_secret)
                    if args.certificate_secret else None)
-    docs = operator_manifests(operator, app=app, namespace=namespace,
-                              image=args.image or f"{operator.name}:latest",
-                              replicas=args.replicas, certificate=certificate)
+    try:
+        docs = operator_manifests(operator, app=app, namespace=namespace,
+                                  image=args.image or f"{operator.name}:latest",
+                                  replicas=args.replicas, certificate=certificate,
+                                  namespace_document=args.namespace_document,
+                                  version=args.app_version)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     if args.check:
         problems = _check(docs, namespace, operator.name, args.kubeconfig)
         if problems is None:
@@ -73,6 +89,10 @@ def main(argv: list[str] | None = None, *, operator: Operator | None = None,
             for problem in problems:
                 print(f"error: {problem}", file=sys.stderr)
             return 1
+    if args.kustomize:
+        for path in write_kustomize_base(args.kustomize, docs):
+            print(f"wrote {path}", file=sys.stderr)
+        return 0
     sys.stdout.write(to_yaml(docs))
     return 0
 

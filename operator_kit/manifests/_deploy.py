@@ -2,6 +2,7 @@
 
 `operator_manifests(operator, namespace=..., image=...)` gathers, in apply order:
 
+0. the Namespace (unless turned off);
 1. the CRD of every kind a controller watches or a webhook serves (with
    ``conversion: Webhook`` when the operator registers a converter and the kind has
    several versions);
@@ -21,21 +22,26 @@ With a certificate brought along (`ExternalCertificate`: the Operator's
 at ``OPERATOR_KIT_TLS_DIR`` and sets ``OPERATOR_KIT_MANAGE_TLS=0``; the webhook
 configurations and the converted CRDs carry ``cert-manager.io/inject-ca-from``, so
 cert-manager's CA injector fills their caBundle, which the operator may only read.
+
+Every document carries the recommended ``app.kubernetes.io/*`` labels (`_labels`).
 """
 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from operator_kit.certificates import INJECT_CA_FROM, ExternalCertificate
 from operator_kit.manifests._crd import crd, with_conversion_webhook
+from operator_kit.manifests._labels import RecommendedLabels, labelled, version_of_image
 from operator_kit.manifests._rbac import Rbac
 from operator_kit.manifests._webhooks import WebhookRule, WebhookTarget, webhook_configuration
 from operator_kit.resources import CustomResource
 
 if TYPE_CHECKING:
     from operator_kit.operator import Operator
+    from operator_kit.webhooks import Registration
 
 WEBHOOK_PORT = 8443
 # What the operator's image runs after ``gunicorn`` (LocalDeployment runs the same).
@@ -50,20 +56,33 @@ def kinds_of(operator: Operator) -> list[type[CustomResource]]:
 def operator_manifests(operator: Operator, *, app: str, namespace: str, image: str,
                        replicas: int = 2, ca_bundle: bytes | None = None,
                        webhook_port: int = 443,
-                       certificate: ExternalCertificate | None = None) -> list[dict[str, Any]]:
+                       certificate: ExternalCertificate | None = None,
+                       namespace_document: bool = True,
+                       version: str | None = None, instance: str | None = None,
+                       part_of: str | None = None) -> list[dict[str, Any]]:
     """All documents the operator needs, for ``kubectl apply -f -``.
 
     `app` is how the image imports the operator (``MODULE:ATTR``, gunicorn's
     ``OPERATOR_KIT_APP``); `webhook_port` is the Service port the API server calls the
     webhooks on; `certificate` (default: the operator's ``webhook_certificate``) a
-    Secret to mount instead of the certificate the replicas keep themselves."""
+    Secret to mount instead of the certificate the replicas keep themselves. The stream
+    begins with the Namespace (unless `namespace_document` is False, or the namespace is
+    one Kubernetes makes: default, kube-*), and every document carries the recommended
+    ``app.kubernetes.io/*`` labels: name, instance (default: the operator's name),
+    version (default: the image's tag), component, part-of (default: the operator's
+    name) and managed-by."""
     certificate = certificate or operator.webhook_certificate
     inject = ({INJECT_CA_FROM: certificate.inject_ca_from(namespace)} if certificate
               else None)
-    target = WebhookTarget(operator.name, namespace, webhook_port, ca_bundle)
+    labels = RecommendedLabels(operator.name, instance or operator.name,
+                               version if version is not None else version_of_image(image),
+                               part_of)
+    target = WebhookTarget(operator.webhook_service, namespace, webhook_port, ca_bundle)
     registrations = operator.webhook_registrations()
     converters = [r for r in registrations if r.type == "convert"]
     docs: list[dict[str, Any]] = []
+    if namespace_document and not _made_by_kubernetes(namespace):
+        docs.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     for kind in kinds_of(operator):
         definition = crd(kind)
         if converters and len(kind.versions()) > 1:
@@ -77,9 +96,9 @@ def operator_manifests(operator: Operator, *, app: str, namespace: str, image: s
         docs.append(definition)
     docs += Rbac(operator.name, namespace).rules(
         *operator.rules(external_certificate=certificate is not None)).documents()
-    docs.append(service(operator.name, namespace))
+    docs.append(service(operator.webhook_service, namespace, selects=operator.name))
     docs.append(deployment(operator.name, app=app, namespace=namespace, image=image,
-                           replicas=replicas,
+                           replicas=replicas, names=_names_env(operator, registrations),
                            tls_secret=certificate.secret if certificate else None))
     if replicas > 1:
         docs.append(disruption_budget(operator.name, namespace))
@@ -88,10 +107,34 @@ def operator_manifests(operator: Operator, *, app: str, namespace: str, image: s
         rules = [WebhookRule(r.kind, r.path) for r in registrations
                  if r.kind is not None and r.type == ("mutate" if mutating else "validate")]
         if rules:
-            docs.append(webhook_configuration(operator.name, mutating, target, rules))
+            name = (operator.mutating_configuration if mutating
+                    else operator.validating_configuration)
+            docs.append(webhook_configuration(name, mutating, target, rules))
             if inject:
                 docs[-1]["metadata"]["annotations"] = dict(inject)
-    return docs
+    return [labelled(doc, labels) for doc in docs]
+
+
+def _made_by_kubernetes(namespace: str) -> bool:
+    """default and kube-*: there already, and `kubectl delete -f` must not try them."""
+    return namespace == "default" or namespace.startswith("kube-")
+
+
+def _names_env(operator: Operator, registrations: Sequence[Registration]) -> dict[str, str]:
+    """The names the operator refers to at run time, as the Deployment tells it them
+    (`operator_kit.cli.NAME_ENV`): a kustomize namePrefix rewrites these values with the
+    objects' names (kustomizeconfig.yaml)."""
+    from operator_kit.cli import NAME_ENV
+
+    if not registrations:
+        return {}
+    types = {r.type for r in registrations}
+    names = {NAME_ENV["webhook_service"]: operator.webhook_service}
+    if "validate" in types:
+        names[NAME_ENV["validating_configuration"]] = operator.validating_configuration
+    if "mutate" in types:
+        names[NAME_ENV["mutating_configuration"]] = operator.mutating_configuration
+    return names
 
 
 _NO_CONVERTER = (
@@ -111,13 +154,14 @@ def _labels(name: str) -> dict[str, str]:
     return {"app.kubernetes.io/name": name, "app.kubernetes.io/managed-by": "operator-kit"}
 
 
-def service(name: str, namespace: str) -> dict[str, Any]:
-    """The Service webhooks are called through (443 -> the pods' TLS port)."""
+def service(name: str, namespace: str, *, selects: str | None = None) -> dict[str, Any]:
+    """The Service webhooks are called through (443 -> the pods' TLS port), in front of
+    the pods of operator `selects` (default: `name`)."""
     return {
         "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": name, "namespace": namespace, "labels": _labels(name)},
+        "metadata": {"name": name, "namespace": namespace, "labels": _labels(selects or name)},
         "spec": {
-            "selector": {"app.kubernetes.io/name": name},
+            "selector": {"app.kubernetes.io/name": selects or name},
             "ports": [{"name": "https", "port": 443, "targetPort": "https",
                        "protocol": "TCP"}],
         },
@@ -130,9 +174,12 @@ def _probe(path: str) -> dict[str, Any]:
 
 
 def deployment(name: str, *, app: str, namespace: str, image: str,
-               replicas: int = 2, tls_secret: str | None = None) -> dict[str, Any]:
+               replicas: int = 2, names: Mapping[str, str] | None = None,
+               tls_secret: str | None = None) -> dict[str, Any]:
     """The operator's Deployment: gunicorn serving webhooks, probes and metrics over TLS
-    (with `tls_secret`, from that Secret mounted read-only; the operator writes none)."""
+    (with `tls_secret`, from that Secret mounted read-only; the operator writes none).
+
+    `names` are environment variables naming the objects the operator refers to."""
     env: list[dict[str, Any]] = [
         {"name": "OPERATOR_KIT_APP", "value": app},
         {"name": "OPERATOR_KIT_BIND", "value": f"0.0.0.0:{WEBHOOK_PORT}"},
@@ -141,6 +188,7 @@ def deployment(name: str, *, app: str, namespace: str, image: str,
         {"name": "POD_NAMESPACE",
          "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
     ]
+    env += [{"name": variable, "value": value} for variable, value in (names or {}).items()]
     tls_volume: dict[str, Any] = {"name": "tls", "emptyDir": {"medium": "Memory",
                                                               "sizeLimit": "1Mi"}}
     if tls_secret:

@@ -15,6 +15,7 @@ project's own end-to-end test can use it the same way.
 
 from __future__ import annotations
 
+import copy
 import os
 import signal
 import subprocess
@@ -110,7 +111,11 @@ class LocalDeployment:
 
     def __init__(self, cluster: TestCluster, operator: Operator, *, app: str,
                  namespace: str, replicas: int = 2, port: int | None = None,
-                 pythonpath: Sequence[str] = (), work_dir: Path | None = None) -> None:
+                 pythonpath: Sequence[str] = (), work_dir: Path | None = None,
+                 documents: Sequence[dict[str, Any]] | None = None) -> None:
+        """`documents` replaces the generated manifests (e.g. ``kubectl kustomize`` of an
+        overlay over a base generated with ``webhook_port=port``): the replicas then run
+        as its Deployment's ServiceAccount, with its environment."""
         self.cluster = cluster
         self.operator = operator
         self.app = app
@@ -120,9 +125,18 @@ class LocalDeployment:
         self.pythonpath = list(pythonpath)
         self.dir = work_dir or Path(tempfile.mkdtemp(prefix=f"{operator.name}-"))
         self.replicas: list[Replica] = []
-        self.documents = [doc for doc in operator_manifests(
-            operator, app=app, namespace=namespace, image="local", replicas=replicas,
-            webhook_port=self.port) if doc["kind"] != "Deployment"]
+        if documents is None:
+            documents = operator_manifests(operator, app=app, namespace=namespace,
+                                           image="local", replicas=replicas,
+                                           webhook_port=self.port)
+        pod: dict[str, Any] = next((d["spec"]["template"]["spec"] for d in documents
+                                    if d["kind"] == "Deployment"), {})
+        self.service_account = pod.get("serviceAccountName", operator.name)
+        # The Deployment's plain values (names it tells the operator); the local ones win.
+        self.environment = {e["name"]: e["value"] for c in pod.get("containers", ())[:1]
+                            for e in c.get("env", ()) if "value" in e}
+        self.documents = [copy.deepcopy(doc) for doc in documents
+                          if doc["kind"] != "Deployment"]
         for doc in self.documents:
             if doc["kind"] == "Service":  # the API server reaches local processes
                 doc["spec"] = {"type": "ExternalName", "externalName": "localhost",
@@ -158,7 +172,8 @@ class LocalDeployment:
         """The operator's ServiceAccount as a kubeconfig (minted once per deployment)."""
         path = self.dir / "operator.kubeconfig"
         if not path.exists():
-            service_account_kubeconfig(self.cluster, self.namespace, self.operator.name, path)
+            service_account_kubeconfig(self.cluster, self.namespace, self.service_account,
+                                       path)
         return path
 
     def start(self, count: int | None = None, **extra_env: str) -> list[Replica]:
@@ -166,8 +181,9 @@ class LocalDeployment:
         started = []
         for _ in range(count or self.replica_count):
             index = len(self.replicas)
-            env = dict(
-                os.environ,
+            env = dict(os.environ)
+            env.update(self.environment)
+            env.update(
                 KUBECONFIG=str(self.kubeconfig()),
                 POD_NAME=f"{self.operator.name}-{index}",
                 POD_NAMESPACE=self.namespace,

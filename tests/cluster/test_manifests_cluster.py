@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import uuid
 from pathlib import Path
 
+import pytest
+import yaml
 from backup_operator import operator
+from kubernetes.client.exceptions import ApiException
 
+from operator_kit.localcluster import find_or_build
+from operator_kit.localcluster.plane import free_port
+from operator_kit.manifests import write_kustomize_base
 from operator_kit.manifests._deploy import operator_manifests
 from operator_kit.testing import Namespace, TestCluster, eventually
 from operator_kit.testing.deploy import LocalDeployment
@@ -64,3 +73,132 @@ def _readyz(port: int) -> str:
             return str(response.read().decode())
     except urllib.error.HTTPError as err:
         return str(err.read().decode())
+
+
+# -- kubectl: the stream and the kustomize base -------------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def kubectl() -> str:
+    path = find_or_build(log=False).kubectl
+    if path is None:
+        pytest.fail("no kubectl next to the control plane's binaries (the kubectl tests "
+                    "need it; operator_kit.localcluster builds it with the others)")
+    return str(path)
+
+
+def _kubectl(kubectl: str, cluster: TestCluster, *args: str,
+             stdin: str | None = None) -> str:
+    done = subprocess.run([kubectl, "--kubeconfig", cluster.kubeconfig, *args], input=stdin,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr}"
+    return done.stdout
+
+
+def test_kubectl_apply_of_the_stream_creates_its_namespace_and_the_deployment(
+        cluster: TestCluster, kubectl: str) -> None:
+    name = f"fresh-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(ApiException, match=r"Not ?Found"):
+        cluster.api.get(f"/api/v1/namespaces/{name}")
+    stream = subprocess.run(
+        [sys.executable, "-m", "operator_kit.manifests",
+         "tests.cluster.manifest_operator:operator", "--namespace", name,
+         "--image", "example.com/gizmo:1.2.3", "--replicas", "1"],
+        cwd=REPO, capture_output=True, text=True, check=True).stdout
+    try:
+        _kubectl(kubectl, cluster, "apply", "-f", "-", stdin=stream)
+        deployment = Namespace(name, cluster).get("apps/v1", "Deployment", "gizmo-operator")
+        assert deployment is not None, "the Deployment was created in the new namespace"
+        labels = deployment["metadata"]["labels"]
+        assert labels["app.kubernetes.io/version"] == "1.2.3"
+        assert labels["app.kubernetes.io/component"] == "operator"
+        namespace = cluster.api.get(f"/api/v1/namespaces/{name}")
+        assert namespace["metadata"]["labels"]["app.kubernetes.io/name"] == "gizmo-operator"
+        webhooks = cluster.api.get("/apis/admissionregistration.k8s.io/v1/"
+                                   "validatingwebhookconfigurations/gizmo-operator")
+        assert webhooks["metadata"]["labels"]["app.kubernetes.io/component"] == "webhook"
+    finally:
+        _kubectl(kubectl, cluster, "delete", "--ignore-not-found", "--wait=false", "-f", "-",
+                 stdin=stream)
+
+
+def test_operator_runs_under_a_kustomize_name_prefix(cluster: TestCluster,
+                                                     namespace: Namespace, kubectl: str,
+                                                     tmp_path: Path) -> None:
+    port = free_port()
+    write_kustomize_base(tmp_path / "base", operator_manifests(
+        operator, app="backup_operator:operator", namespace="backup-operator",
+        image="example.com/backup-operator:0.1.0", replicas=1, webhook_port=port))
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        f"namePrefix: dev-\nnamespace: {namespace.name}\nresources: [../base]\n")
+    rendered = list(yaml.safe_load_all(_kubectl(kubectl, cluster, "kustomize", str(overlay))))
+    by_kind = {d["kind"]: d for d in rendered}
+    crd = by_kind["CustomResourceDefinition"]
+    assert crd["metadata"]["name"] == "backups.example.com", "kustomize never renames CRDs"
+    assert crd["spec"]["conversion"]["webhook"]["clientConfig"]["service"] == {
+        "name": "dev-backup-operator", "namespace": namespace.name, "path": "/convert",
+        "port": port}
+    assert by_kind["ValidatingWebhookConfiguration"]["metadata"]["name"] == "dev-backup-operator"
+
+    deployment = LocalDeployment(cluster, operator, app="backup_operator:operator",
+                                 namespace=namespace.name, replicas=1, port=port,
+                                 pythonpath=[SAMPLE_DIR], documents=rendered)
+    assert deployment.service_account == "dev-backup-operator"
+    assert deployment.environment["OPERATOR_KIT_WEBHOOK_SERVICE"] == "dev-backup-operator"
+    deployment.apply()
+    try:
+        with deployment:
+            deployment.start()
+            try:
+                deployment.wait_serving()
+                backups = f"/apis/example.com/v1/namespaces/{namespace.name}/backups"
+
+                def denied() -> bool:
+                    try:
+                        cluster.api.request("POST", backups, body={
+                            "apiVersion": "example.com/v1", "kind": "Backup",
+                            "metadata": {"name": "no-schedule"},
+                            "spec": {"database": "orders"}})
+                    except ApiException as err:
+                        return "spec.schedule is required" in str(err.body)
+                    raise AssertionError("a Backup without a schedule was admitted")
+
+                eventually(60, denied, message="the renamed validating webhook answers")
+                created = cluster.api.request("POST", backups, body={
+                    "apiVersion": "example.com/v1", "kind": "Backup",
+                    "metadata": {"name": "nightly"},
+                    "spec": {"database": "orders", "schedule": "0 3 * * *"}})
+                assert created["metadata"]["labels"]["example.com/managed"] == "true"
+                eventually(60, lambda: namespace.get("batch/v1", "CronJob", "nightly"),
+                           message="the Backup is reconciled")
+
+                def ready() -> bool:
+                    backup = namespace.get("example.com/v1", "Backup", "nightly") or {}
+                    return any(c["type"] == "Ready" and c["status"] == "True"
+                               for c in (backup.get("status") or {}).get("conditions", ()))
+
+                eventually(30, ready, message="the Backup's Ready condition is True")
+                v2 = cluster.api.get(f"/apis/example.com/v2/namespaces/{namespace.name}"
+                                     "/backups/nightly")
+                assert v2["spec"]["source"] == {"database": "orders"}
+                for kind in ("validating", "mutating"):
+                    config = cluster.api.get("/apis/admissionregistration.k8s.io/v1/"
+                                             f"{kind}webhookconfigurations/dev-backup-operator")
+                    assert config["webhooks"][0]["clientConfig"].get("caBundle"), kind
+                    with pytest.raises(ApiException):  # nothing under the plain name
+                        cluster.api.get("/apis/admissionregistration.k8s.io/v1/"
+                                        f"{kind}webhookconfigurations/backup-operator")
+            finally:  # while the operator runs: its finalizer must let the Backups go
+                _delete_backups(cluster, namespace)
+    finally:
+        deployment.delete()
+
+
+def _delete_backups(cluster: TestCluster, namespace: Namespace) -> None:
+    cluster.api.request("DELETE", f"/apis/example.com/v1/namespaces/{namespace.name}/backups")
+    eventually(60, lambda: not namespace.list("example.com/v1", "Backup"),
+               message="the operator's finalizer released every Backup")

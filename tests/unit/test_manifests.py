@@ -3,19 +3,25 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import yaml
 
 from operator_kit import Action, Context, Controller, CustomResource, Operator, Rule
+from operator_kit.cli import NAME_ENV, apply_environment
 from operator_kit.manifests import (
     Rbac,
     WebhookRule,
     WebhookTarget,
+    kustomize_base,
     operator_manifests,
     to_yaml,
     webhook_configuration,
+    write_kustomize_base,
 )
+from operator_kit.manifests.__main__ import main as manifests_main
+from operator_kit.manifests._labels import version_of_image
 from operator_kit.rbac import guess_plural, merge_rules
 
 
@@ -177,3 +183,186 @@ def test_versions_with_a_converter_get_the_conversion_webhook_and_no_warning(
     crd = next(d for d in docs if d["kind"] == "CustomResourceDefinition")
     assert crd["spec"]["conversion"]["strategy"] == "Webhook"
     assert [str(w.message) for w in recwarn] == []
+
+
+# ---------------------------------------------------------------- namespace, labels, kustomize
+
+RECOMMENDED = ("name", "instance", "version", "component", "part-of", "managed-by")
+
+
+def webhook_operator() -> Operator:
+    operator = gizmo_operator(True)
+    operator.webhooks.validate(Gizmo, "/validate")(lambda request: None)
+    operator.webhooks.mutate(Gizmo, "/mutate")(lambda obj, request: obj)
+    return operator
+
+
+def test_the_stream_begins_with_its_namespace_unless_turned_off() -> None:
+    docs = operator_manifests(webhook_operator(), app="m:operator", namespace="ops",
+                              image="img:1.0")
+    assert docs[0]["kind"] == "Namespace"
+    assert docs[0]["metadata"]["name"] == "ops"
+    assert [d["kind"] for d in docs].count("Namespace") == 1
+    without = operator_manifests(webhook_operator(), app="m:operator", namespace="ops",
+                                 image="img:1.0", namespace_document=False)
+    assert "Namespace" not in [d["kind"] for d in without]
+    assert without == docs[1:]
+
+
+def test_namespaces_kubernetes_makes_get_no_namespace_document() -> None:
+    for namespace in ("default", "kube-system"):
+        docs = operator_manifests(webhook_operator(), app="m:operator", namespace=namespace,
+                                  image="img")
+        assert "Namespace" not in [d["kind"] for d in docs]
+
+
+def test_every_document_and_the_pod_template_carry_the_recommended_labels() -> None:
+    docs = operator_manifests(webhook_operator(), app="m:operator", namespace="ops",
+                              image="example.com/gizmo:1.2.3", part_of="gadgets")
+    kinds = {d["kind"] for d in docs}
+    assert kinds >= {"Namespace", "CustomResourceDefinition", "ClusterRole", "Deployment",
+                     "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"}
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    for labels in [d["metadata"]["labels"] for d in docs] + [
+            deployment["spec"]["template"]["metadata"]["labels"]]:
+        assert list(labels)[:6] == [f"app.kubernetes.io/{k}" for k in RECOMMENDED]
+        assert labels["app.kubernetes.io/name"] == "gizmo-operator"
+        assert labels["app.kubernetes.io/instance"] == "gizmo-operator"
+        assert labels["app.kubernetes.io/version"] == "1.2.3"
+        assert labels["app.kubernetes.io/part-of"] == "gadgets"
+        assert labels["app.kubernetes.io/managed-by"] == "operator-kit"
+    components = {d["kind"]: d["metadata"]["labels"]["app.kubernetes.io/component"]
+                  for d in docs}
+    assert components == {
+        "Namespace": "namespace", "CustomResourceDefinition": "crd", "ServiceAccount": "rbac",
+        "ClusterRole": "rbac", "ClusterRoleBinding": "rbac", "Role": "rbac",
+        "RoleBinding": "rbac", "Service": "operator", "Deployment": "operator",
+        "PodDisruptionBudget": "operator", "NetworkPolicy": "operator",
+        "ValidatingWebhookConfiguration": "webhook",
+        "MutatingWebhookConfiguration": "webhook"}
+
+
+def test_selectors_select_by_name_only_so_a_new_version_keeps_them() -> None:
+    def selectors(image: str) -> list[object]:
+        docs = operator_manifests(webhook_operator(), app="m:operator", namespace="ops",
+                                  image=image)
+        by_kind = {d["kind"]: d for d in docs}
+        return [by_kind["Deployment"]["spec"]["selector"],
+                by_kind["Service"]["spec"]["selector"],
+                by_kind["PodDisruptionBudget"]["spec"]["selector"]]
+
+    assert selectors("img:1.0") == selectors("img:2.0") == [
+        {"matchLabels": {"app.kubernetes.io/name": "gizmo-operator"}},
+        {"app.kubernetes.io/name": "gizmo-operator"},
+        {"matchLabels": {"app.kubernetes.io/name": "gizmo-operator"}}]
+
+
+def test_version_label_comes_from_the_image_tag_and_is_left_out_without_one() -> None:
+    assert version_of_image("example.com:5000/team/op:0.1.0") == "0.1.0"
+    assert version_of_image("example.com:5000/team/op") is None
+    assert version_of_image("op@sha256:" + "a" * 64) is None
+    docs = operator_manifests(webhook_operator(), app="m:operator", namespace="ops",
+                              image="registry:5000/op")
+    assert all("app.kubernetes.io/version" not in d["metadata"]["labels"] for d in docs)
+
+
+def test_a_version_that_is_no_label_value_is_refused_naming_the_label() -> None:
+    with pytest.raises(ValueError, match=r"app.kubernetes.io/version '1.0 beta' is not a "
+                                         "valid label value"):
+        operator_manifests(webhook_operator(), app="m:operator", namespace="ops",
+                           image="img", version="1.0 beta")
+
+
+def test_the_deployment_tells_the_operator_the_names_kustomize_may_rewrite() -> None:
+    operator = webhook_operator()
+    docs = operator_manifests(operator, app="m:operator", namespace="ops", image="img")
+    env = next(d for d in docs if d["kind"] == "Deployment")[
+        "spec"]["template"]["spec"]["containers"][0]["env"]
+    assert [e for e in env if e["name"] in NAME_ENV.values()] == [
+        {"name": "OPERATOR_KIT_WEBHOOK_SERVICE", "value": "gizmo-operator"},
+        {"name": "OPERATOR_KIT_VALIDATING_WEBHOOK_CONFIGURATION", "value": "gizmo-operator"},
+        {"name": "OPERATOR_KIT_MUTATING_WEBHOOK_CONFIGURATION", "value": "gizmo-operator"}]
+
+
+def test_the_operator_uses_the_names_its_environment_gives(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    operator = webhook_operator()
+    monkeypatch.setenv("OPERATOR_KIT_WEBHOOK_SERVICE", "dev-gizmo-operator")
+    monkeypatch.setenv("OPERATOR_KIT_VALIDATING_WEBHOOK_CONFIGURATION", "dev-gizmo-v")
+    monkeypatch.setenv("OPERATOR_KIT_MUTATING_WEBHOOK_CONFIGURATION", "dev-gizmo-m")
+    apply_environment(operator)
+    assert operator.webhook_service == "dev-gizmo-operator"
+    assert operator._ca_bundle_targets() == (["dev-gizmo-v"], ["dev-gizmo-m"],
+                                             ["gizmos.gizmos.example.com"])
+    names = {tuple(r.resource_names) for r in operator.rules()
+             if r.resources[0].endswith("webhookconfigurations")}
+    assert names == {("dev-gizmo-v",), ("dev-gizmo-m",)}
+    assert operator.webhook_secret == "gizmo-operator-webhook-tls", "created at run time"
+
+
+def test_the_kustomize_base_holds_the_stream_one_file_per_concern() -> None:
+    docs = operator_manifests(webhook_operator(), app="m:operator", namespace="ops",
+                              image="img")
+    files = kustomize_base(docs)
+    assert list(files) == ["namespace.yaml", "crds.yaml", "rbac.yaml", "deployment.yaml",
+                           "webhooks.yaml", "kustomization.yaml", "kustomizeconfig.yaml"]
+    (kustomization,) = yaml.safe_load_all(files["kustomization.yaml"])
+    assert kustomization["resources"] == list(files)[:5]
+    assert kustomization["configurations"] == ["kustomizeconfig.yaml"]
+    together = [d for name in kustomization["resources"]
+                for d in yaml.safe_load_all(files[name])]
+    assert sorted(map(repr, together)) == sorted(map(repr, docs))
+    assert [d["kind"] for d in yaml.safe_load_all(files["deployment.yaml"])] == [
+        "Service", "Deployment", "PodDisruptionBudget", "NetworkPolicy"]
+
+
+def test_kustomizeconfig_names_the_references_kustomize_does_not_know() -> None:
+    (config,) = yaml.safe_load_all(kustomize_base([])["kustomizeconfig.yaml"])
+    paths = {(ref["kind"], spec["kind"], spec["path"]) for ref in config["nameReference"]
+             for spec in ref["fieldSpecs"]}
+    assert paths == {
+        ("Service", "CustomResourceDefinition",
+         "spec/conversion/webhook/clientConfig/service/name"),
+        ("Service", "Deployment", "spec/template/spec/containers/env/value"),
+        ("ValidatingWebhookConfiguration", "ClusterRole", "rules/resourceNames"),
+        ("ValidatingWebhookConfiguration", "Deployment",
+         "spec/template/spec/containers/env/value"),
+        ("MutatingWebhookConfiguration", "ClusterRole", "rules/resourceNames"),
+        ("MutatingWebhookConfiguration", "Deployment",
+         "spec/template/spec/containers/env/value")}
+
+
+def test_rewriting_a_base_removes_files_of_concerns_that_are_gone(tmp_path: Path) -> None:
+    docs = operator_manifests(webhook_operator(), app="m:operator", namespace="ops",
+                              image="img")
+    write_kustomize_base(tmp_path, docs)
+    assert (tmp_path / "webhooks.yaml").exists()
+    write_kustomize_base(tmp_path, [d for d in docs if "Webhook" not in d["kind"]])
+    assert not (tmp_path / "webhooks.yaml").exists()
+    (kustomization,) = yaml.safe_load_all((tmp_path / "kustomization.yaml").read_text())
+    assert "webhooks.yaml" not in kustomization["resources"]
+
+
+def test_cli_writes_a_kustomize_base_and_leaves_out_the_namespace_on_request(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    operator = webhook_operator()
+    assert manifests_main(["--namespace", "ops", "--no-namespace", "--app-version", "7"],
+                          operator=operator, app="m:operator") == 0
+    stream = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert "Namespace" not in [d["kind"] for d in stream]
+    assert stream[0]["metadata"]["labels"]["app.kubernetes.io/version"] == "7"
+    assert manifests_main(["--namespace", "ops", "--kustomize", str(tmp_path / "base")],
+                          operator=operator, app="m:operator") == 0
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert f"wrote {tmp_path / 'base' / 'kustomization.yaml'}" in err
+    assert (tmp_path / "base" / "namespace.yaml").exists()
+
+
+def test_cli_refuses_a_bad_version_label_in_one_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert manifests_main(["--app-version", "not valid"], operator=webhook_operator(),
+                          app="m:operator") == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: app.kubernetes.io/version 'not valid' is not a valid label")
+    assert err.count("\n") == 1

@@ -57,3 +57,24 @@ def test_deployment_runs_non_root_with_probes_on_the_tls_port() -> None:
     crd = docs["CustomResourceDefinition"]
     assert crd["spec"]["conversion"]["strategy"] == "Webhook"
     assert [v["name"] for v in crd["spec"]["versions"]] == ["v1", "v2"]
+
+
+def test_each_version_shows_the_database_from_its_own_path() -> None:
+    crd = next(d for d in yaml.safe_load_all(GOLDEN.read_text())
+               if d["kind"] == "CustomResourceDefinition")
+    columns = {v["name"]: {c["name"]: c["jsonPath"] for c in v["additionalPrinterColumns"]}
+               for v in crd["spec"]["versions"]}
+    assert columns["v1"]["Database"] == ".spec.database"
+    assert columns["v2"]["Database"] == ".spec.source.database"
+    assert columns["v1"]["Age"] == columns["v2"]["Age"] == ".metadata.creationTimestamp"
+
+
+def test_every_golden_document_carries_the_recommended_labels() -> None:
+    docs = list(yaml.safe_load_all(GOLDEN.read_text()))
+    assert docs[0] == {"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": "backup-operator", "labels": docs[0]["metadata"]["labels"]}}
+    for doc in docs:
+        labels = doc["metadata"]["labels"]
+        assert labels["app.kubernetes.io/version"] == "0.1.0", doc["kind"]
+        assert {"name", "instance", "component", "part-of", "managed-by"} <= {
+            key.removeprefix("app.kubernetes.io/") for key in labels}, doc["kind"]

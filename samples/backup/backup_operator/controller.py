@@ -15,13 +15,14 @@ create loses (409) adds its entry to the catalog the other made.
 
 from __future__ import annotations
 
-import datetime
+import copy
 import json
 
 from kubernetes.client.exceptions import ApiException
 
-from backup_operator.resources import Backup, BackupStatus, Condition
+from backup_operator.resources import Backup, BackupStatus
 from operator_kit import Action, Context, Controller, Rule
+from operator_kit.conditions import set_condition
 
 CATALOG = "backup-catalog"
 
@@ -63,21 +64,22 @@ class BackupController(Controller[Backup]):
             ctx.event(backup, False, "Scheduled",
                       f"CronJob {backup.name} backs up {backup.spec.database} "
                       f"on '{backup.spec.schedule}'")
-        ctx.patch_status(backup, BackupStatus(
-            last_run=last_run,
-            observed_generation=backup.generation,
-            conditions=[
-                Condition("Ready", "True", "CronJobApplied",
-                          f"CronJob {backup.name} is up to date",
-                          _transition(backup, "Ready", "True")),
-                Condition("Cataloged", "True", "InCatalog", f"listed in {CATALOG}",
-                          _transition(backup, "Cataloged", "True")) if cataloged else
-                Condition("Cataloged", "False", "CatalogFull",
-                          f"{CATALOG} is full (a ConfigMap holds at most 1 MiB): delete "
-                          "Backups or shorten names to make room",
-                          _transition(backup, "Cataloged", "False")),
-            ],
-        ))
+        # A copy: patch_status compares with the status `backup` holds now.
+        conditions = copy.deepcopy(backup.status.conditions) if backup.status else []
+        set_condition(conditions, "Ready", "True", reason="CronJobApplied",
+                      message=f"CronJob {backup.name} is up to date",
+                      observed_generation=backup.generation)
+        if cataloged:
+            set_condition(conditions, "Cataloged", "True", reason="InCatalog",
+                          message=f"listed in {CATALOG}", observed_generation=backup.generation)
+        else:
+            set_condition(conditions, "Cataloged", "False", reason="CatalogFull",
+                          message=f"{CATALOG} is full (a ConfigMap holds at most 1 MiB): "
+                          "delete Backups or shorten names to make room",
+                          observed_generation=backup.generation)
+        ctx.patch_status(backup, BackupStatus(last_run=last_run,
+                                              observed_generation=backup.generation,
+                                              conditions=conditions))
         return Action.await_change()
 
     def cleanup(self, backup: Backup, ctx: Context) -> None:
@@ -110,16 +112,3 @@ class BackupController(Controller[Backup]):
                     raise
                 # Another worker created it first: add to theirs.
         raise RuntimeError(f"the {CATALOG} ConfigMap kept appearing and disappearing")
-
-
-def _transition(backup: Backup, kind: str, status: str) -> str:
-    """Keep a condition's lastTransitionTime unless its status changes."""
-    if backup.status is not None:
-        for condition in backup.status.conditions:
-            if condition.type == kind and condition.status == status:
-                return condition.last_transition_time or _now()
-    return _now()
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

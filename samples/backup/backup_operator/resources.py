@@ -2,7 +2,9 @@
 
 v2 groups what to back up under ``source`` so more sources can join later; the
 conversion between the two (see webhooks.py) is a pure re-shaping, so nothing is lost
-in either direction.
+in either direction. Each version has its own printer columns (the database is at
+another path in v2). The status keeps v1's field names (``last_run`` beside
+``observedGeneration``); its conditions are the standard `operator_kit.conditions`.
 """
 
 from __future__ import annotations
@@ -12,18 +14,7 @@ from dataclasses import dataclass, field
 from dataclasses_json import config
 
 from operator_kit import CustomResource, PrinterColumn
-
-
-@dataclass
-class Condition:
-    """A standard Kubernetes condition."""
-
-    type: str
-    status: str
-    reason: str = ""
-    message: str = ""
-    last_transition_time: str | None = field(
-        default=None, metadata=config(field_name="lastTransitionTime"))
+from operator_kit.conditions import Conditions
 
 
 @dataclass
@@ -42,7 +33,7 @@ class BackupStatus:
     last_run: str | None = None
     observed_generation: int | None = field(
         default=None, metadata=config(field_name="observedGeneration"))
-    conditions: list[Condition] = field(default_factory=list)
+    conditions: Conditions = field(default_factory=list)
 
 
 class Backup(CustomResource):
@@ -81,5 +72,10 @@ class BackupV2(CustomResource, version_of=Backup):
     """A scheduled backup of one database (v2 shape)."""
 
     version = "v2"
+    printer_columns = (
+        PrinterColumn("Schedule", ".spec.schedule"),
+        PrinterColumn("Database", ".spec.source.database"),
+        PrinterColumn("Last run", ".status.last_run"),
+    )
     spec: BackupSpecV2
     status: BackupStatus

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -138,3 +139,27 @@ def test_a_backup_that_does_not_fit_the_catalog_says_so_in_status_and_is_not_ret
     found = eventually(30, condition)
     assert (found["status"], found["reason"]) == ("False", "CatalogFull")
     assert namespace.list("v1", "Event", fieldSelector="reason=ReconcileError") == []
+
+
+@pytest.mark.usefixtures("backup_operator")
+def test_conditions_follow_the_generation_and_keep_their_transition_time(
+        namespace: Namespace) -> None:
+    create(namespace, "weekly", schedule="0 4 * * 0")
+
+    def ready_for(generation: int) -> Any:
+        def check() -> dict[str, Any]:
+            status = (backup(namespace, "weekly") or {}).get("status") or {}
+            found: dict[str, Any] = next(c for c in status.get("conditions") or ()
+                                         if c["type"] == "Ready")
+            assert found["observedGeneration"] == generation, found
+            return found
+        return check
+
+    first = eventually(20, ready_for(1))
+    time.sleep(1.1)  # a transition now would carry another second
+    namespace.api.request("PATCH", BACKUPS.format(ns=namespace.name) + "/weekly",
+                          body={"spec": {"schedule": "0 5 * * 0"}},
+                          content_type="application/merge-patch+json")
+    second = eventually(20, ready_for(2))
+    assert second["status"] == "True"
+    assert second["lastTransitionTime"] == first["lastTransitionTime"], "status did not change"
