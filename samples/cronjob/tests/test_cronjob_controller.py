@@ -24,6 +24,7 @@ TEMPLATE = {"metadata": {"labels": {"app": "tick"}},
                 {"name": "tick", "image": "busybox:1.36", "command": ["date"]}]}}}}
 
 
+# --8<-- [start:fixtures]
 class Clock:
     """The controller's clock: real time plus an offset the test moves forward."""
 
@@ -50,6 +51,7 @@ def cronjob_operator(cluster: TestCluster, clock: Clock) -> Iterator[Operator]:
     cluster.install_crd(CronJob)
     with running(Operator("cronjob-operator", [CronJobController(clock)]), cluster) as op:
         yield op
+# --8<-- [end:fixtures]
 
 
 def create(ns: Namespace, name: str, **spec: Any) -> dict[str, Any]:
@@ -107,6 +109,7 @@ def ready(ns: Namespace, name: str) -> dict[str, Any]:
     return result
 
 
+# --8<-- [start:test]
 @pytest.mark.usefixtures("cronjob_operator")
 def test_a_due_run_creates_a_job_owned_by_the_cron_job_and_listed_as_active(
         namespace: Namespace, clock: Clock) -> None:
@@ -158,6 +161,7 @@ def test_forbid_skips_a_run_while_a_job_is_active_and_replace_replaces_it(
         return True
 
     eventually(20, replaced)
+# --8<-- [end:test]
 
 
 @pytest.mark.usefixtures("cronjob_operator")

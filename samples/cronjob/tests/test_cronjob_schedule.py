@@ -54,6 +54,7 @@ def cron(schedule: str = "* * * * *", created: str = "2026-12-03 10:00:10",
     return obj
 
 
+# --8<-- [start:missed]
 def test_the_missed_run_is_the_latest_one_due_and_the_next_one_follows() -> None:
     missed, upcoming = missed_run(cron(), at("2026-12-03 10:03:30"))
     assert (missed, upcoming) == (at("2026-12-03 10:03:00"), at("2026-12-03 10:04:00"))
@@ -61,6 +62,7 @@ def test_the_missed_run_is_the_latest_one_due_and_the_next_one_follows() -> None
 
 def test_no_run_is_missed_before_the_first_firing() -> None:
     assert missed_run(cron(), at("2026-12-03 10:00:50")) == (None, at("2026-12-03 10:01:00"))
+# --8<-- [end:missed]
 
 
 def test_too_many_missed_runs_say_what_to_do() -> None:

@@ -42,6 +42,7 @@ def answer(path: str, body: dict[str, Any]) -> dict[str, Any]:
 SPEC = {"schedule": "*/1 * * * *", "jobTemplate": {"spec": {"template": {}}}}
 
 
+# --8<-- [start:defaulting]
 def test_defaulting_fills_in_the_history_limits() -> None:
     result = answer("/mutate-cronjob", review(SPEC))
     patch = json.loads(base64.b64decode(result["patch"]))
@@ -53,6 +54,7 @@ def test_defaulting_keeps_limits_that_are_set() -> None:
     result = answer("/mutate-cronjob", review({**SPEC, "successfulJobsHistoryLimit": 0,
                                                "failedJobsHistoryLimit": 5}))
     assert result["allowed"] and "patch" not in result
+# --8<-- [end:defaulting]
 
 
 def test_validation_allows_a_good_cron_job() -> None:
