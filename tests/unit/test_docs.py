@@ -59,3 +59,13 @@ def test_the_check_sees_a_name_that_does_not_exist() -> None:
     with pytest.raises(AssertionError, match="has no NoSuchThing"):
         test_python_block_parses_and_its_operator_kit_imports_exist(
             "x.md#1", "from operator_kit import NoSuchThing\n")
+
+
+def test_the_api_reference_lists_every_exported_name() -> None:
+    import operator_kit
+
+    page = (DOCS / "reference" / "operator_kit.md").read_text()
+    listed = set(re.findall(r"^::: operator_kit\.(\w+)", page, re.MULTILINE))
+    missing = sorted(set(operator_kit.__all__) - listed)
+    assert not missing, ("docs/reference/operator_kit.md has no `::: operator_kit.NAME` for "
+                         + ", ".join(missing))
