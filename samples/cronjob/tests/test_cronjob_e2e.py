@@ -52,7 +52,7 @@ def post(ns: Namespace, name: str, spec: dict[str, Any], *,
 def refusal(ns: Namespace, name: str, spec: dict[str, Any]) -> str:
     with pytest.raises(ApiException) as refused:
         post(ns, name, spec)
-    message: str = json.loads(refused.value.body)["message"]
+    message: str = json.loads(refused.value.body or "{}")["message"]
     return message
 
 
@@ -80,7 +80,8 @@ def test_the_deployed_operator_defaults_validates_and_reconciles(
             obj = namespace.get("batch.tutorial.kubebuilder.io/v1", "CronJob", "tick") or {}
             conditions = {c["type"]: c for c in obj.get("status", {}).get("conditions", [])}
             assert conditions.get("Ready", {}).get("status") == "True", conditions
-            return conditions["Ready"]
+            result: dict[str, Any] = conditions["Ready"]
+            return result
 
         condition = eventually(60, ready, message="the deployed controller reconciled tick")
         assert condition["message"].startswith("next run at ")
