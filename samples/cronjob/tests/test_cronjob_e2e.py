@@ -56,6 +56,7 @@ def refusal(ns: Namespace, name: str, spec: dict[str, Any]) -> str:
     return message
 
 
+# --8<-- [start:e2e]
 def test_the_deployed_operator_defaults_validates_and_reconciles(
         deployed: LocalDeployment, namespace: Namespace) -> None:
     try:
@@ -88,3 +89,4 @@ def test_the_deployed_operator_defaults_validates_and_reconciles(
         assert condition["message"].endswith("T03:00:00Z")
     except (AssertionError, ApiException) as err:
         raise AssertionError(f"{err}\n--- replica\n{deployed.logs()[-8000:]}") from None
+# --8<-- [end:e2e]
