@@ -219,6 +219,7 @@ class Controller(Generic[R]):
                               "raw object")
 
     def primary_kind(self) -> Kind:
+        """The `Kind` this controller reconciles (its `resource`)."""
         return Kind.of(self.resource)
 
     def owned(self) -> list[Owns]:
@@ -226,9 +227,11 @@ class Controller(Generic[R]):
         return [spec if isinstance(spec, Owns) else Owns(spec) for spec in self.owns]
 
     def owned_kinds(self) -> list[Kind]:
+        """The `Kind` of each entry in `owns`, in order."""
         return [Kind.of(owned.kind) for owned in self.owned()]
 
     def watched_kinds(self) -> list[Kind]:
+        """The `Kind` of each `Watch` in `watches`, in order."""
         return [Kind.of(watch.kind) for watch in self.watches]
 
     def required_rules(self) -> list[Rule]:

@@ -102,10 +102,12 @@ class Kind:
 
     @property
     def group(self) -> str:
+        """The API group (``""`` for the core group)."""
         return self.api_version.rpartition("/")[0]
 
     @property
     def version(self) -> str:
+        """The API version within the group (``v1``)."""
         return self.api_version.rpartition("/")[2]
 
     @property
@@ -115,6 +117,7 @@ class Kind:
 
     @property
     def custom_resource(self) -> type[CustomResource] | None:
+        """The `CustomResource` class when this kind was given as one, else None."""
         resource = self.resource
         return resource if isinstance(resource, type) and issubclass(
             resource, CustomResource) else None

@@ -96,6 +96,7 @@ class Operator:
     # -- declaring -------------------------------------------------------------------------
 
     def add(self, controller: Controller[Any]) -> Controller[Any]:
+        """Add a controller before the operator starts, and return it; names must be unique."""
         if self._started:
             raise RuntimeError("add controllers before the operator starts")
         if any(c.name == controller.name for c in self.controllers):
@@ -153,10 +154,13 @@ class Operator:
 
     @property
     def elector(self) -> LeaderElector | None:
+        """The running `LeaderElector` (None without leader election or before `start`)."""
         return self._elector
 
     @property
     def api(self) -> Api:
+        """The operator's API client: from `use`, else made from the kubeconfig on first use (its
+        connection pool sized for every worker and watch)."""
         if self._api is None:
             # One connection per worker and per watch, and a few for everything else.
             workers = sum(c.max_concurrent_reconciles for c in self.controllers)
@@ -183,6 +187,7 @@ class Operator:
 
     @property
     def app(self) -> Webhooks:
+        """The same as `webhooks`: the name gunicorn's ``OPERATOR_KIT_APP`` looks up."""
         return self.webhooks
 
     def webhook_registrations(self) -> tuple[Registration, ...]:
@@ -412,6 +417,8 @@ class Operator:
         return self._informers
 
     def wait_synced(self, timeout: float) -> bool:
+        """Wait until every controller's caches have listed (`ready`); False after `timeout`
+        seconds."""
         deadline = time.monotonic() + timeout
         while not self.ready():
             if time.monotonic() > deadline:

@@ -36,6 +36,8 @@ class Rule:
             raise ValueError("a Rule needs at least one resource and one verb")
 
     def to_dict(self) -> dict[str, list[str]]:
+        """The rule as a ClusterRole/Role ``rules`` entry (``apiGroups``, ``resources``, ``verbs``,
+        ``resourceNames``)."""
         rule = {"apiGroups": list(self.api_groups), "resources": list(self.resources)}
         if self.resource_names:
             rule["resourceNames"] = list(self.resource_names)

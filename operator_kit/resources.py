@@ -401,26 +401,34 @@ class CustomResource:
 
     @property
     def name(self) -> str:
+        """``metadata.name`` (empty until set)."""
         return str(self.metadata.get("name", ""))
 
     @property
     def namespace(self) -> str | None:
+        """``metadata.namespace``; None for a cluster-scoped kind or an object not yet placed."""
         return self.metadata.get("namespace")
 
     @property
     def uid(self) -> str | None:
+        """``metadata.uid``, set by the API server; None before the object is created."""
         return self.metadata.get("uid")
 
     @property
     def generation(self) -> int | None:
+        """``metadata.generation``: the API server bumps it on every spec change (compare with
+        ``status.observedGeneration``)."""
         return self.metadata.get("generation")
 
     @property
     def resource_version(self) -> str | None:
+        """``metadata.resourceVersion``: the version as read (for optimistic concurrency)."""
         return self.metadata.get("resourceVersion")
 
     @property
     def deletion_timestamp(self) -> str | None:
+        """``metadata.deletionTimestamp``: set once the object is being deleted (its finalizers
+        still run)."""
         return self.metadata.get("deletionTimestamp")
 
     @property

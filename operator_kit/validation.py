@@ -74,6 +74,7 @@ class Constraint:
     advice: str = ""
 
     def keywords(self) -> dict[str, Any]:
+        """The JSON-schema keywords this constraint adds to its field's schema."""
         raise NotImplementedError
 
     def check(self, path: str) -> None:

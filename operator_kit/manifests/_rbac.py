@@ -50,12 +50,17 @@ class Rbac:
         return self
 
     def cluster_rules(self) -> list[Rule]:
+        """The ClusterRole's rules, merged per API group and resource."""
         return merge_rules(self._rules)
 
     def namespaced_rules(self) -> list[Rule]:
+        """The rules of the Role in the operator's own namespace (the Lease, the certificate
+        Secret), merged."""
         return merge_rules(self._namespaced)
 
     def documents(self) -> list[dict[str, Any]]:
+        """The ServiceAccount, the ClusterRole and its binding, and (with namespaced rules) the Role
+        and its binding."""
         subject = [{"kind": "ServiceAccount", "name": self.name, "namespace": self.namespace}]
         labels = {"app.kubernetes.io/name": self.name,
                   "app.kubernetes.io/managed-by": "operator-kit"}

@@ -29,6 +29,8 @@ class WebhookTarget:
     ca_bundle: bytes | None = None
 
     def client_config(self, path: str) -> dict[str, Any]:
+        """The ``clientConfig`` of a webhook served at `path` of this Service (with the CA bundle
+        when known)."""
         config: dict[str, Any] = {"service": {
             "name": self.service, "namespace": self.namespace, "path": path, "port": self.port,
         }}
@@ -46,6 +48,7 @@ class WebhookRule:
     operations: tuple[str, ...] = ("CREATE", "UPDATE")
 
     def rule(self) -> dict[str, Any]:
+        """The webhook's ``rules`` entry: the kind's group, version, plural and operations."""
         # Only the handler's own version: with matchPolicy Equivalent the API server
         # converts requests in any other version to it before calling the webhook.
         kind = self.kind

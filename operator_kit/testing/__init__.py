@@ -88,6 +88,7 @@ class Namespace:
 
     @property
     def api(self) -> Api:
+        """The cluster's `Api` client."""
         return self.cluster.api
 
     def apply(self, obj: Mapping[str, Any]) -> Any:
@@ -107,6 +108,8 @@ class Namespace:
             raise
 
     def list(self, api_version: str, kind: str, **query: Any) -> list[Any]:
+        """The objects of `kind` in this namespace, as dicts; `query` goes to the list call
+        (``labelSelector=...``)."""
         resource = self.cluster.api.resource_for(api_version, kind)
         return list(self.cluster.api.get(resource.path(self.name), **query)["items"])
 
@@ -155,9 +158,12 @@ class TestCluster:
 
     @staticmethod
     def required() -> bool:
+        """True when ``OPERATOR_KIT_TEST_REQUIRE_KUBERNETES`` is set: a missing cluster then fails
+        tests instead of skipping them."""
         return os.environ.get(REQUIRE_ENV, "").lower() not in ("", "0", "false", "no")
 
     def exists(self, path: str) -> bool:
+        """True when a GET of the API path `path` finds an object (False on 404)."""
         try:
             self.api.get(path)
         except ApiException as err:
@@ -167,6 +173,8 @@ class TestCluster:
         return True
 
     def namespace(self, prefix: str = "test") -> Namespace:
+        """A fresh namespace ``<prefix>-<random>``, labelled as a test namespace; delete it when
+        done."""
         name = f"{prefix}-{secrets.token_hex(3)}"
         core = client.CoreV1Api(self.client)
         core.create_namespace({"metadata": {"name": name, "labels": {TEST_LABEL: "true"}}})

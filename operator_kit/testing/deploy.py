@@ -83,19 +83,24 @@ class Replica:
 
     @property
     def pid(self) -> int:
+        """The process id of the replica's gunicorn master."""
         return self.process.pid
 
     def output(self) -> str:
+        """Everything the replica wrote to stdout and stderr so far."""
         return "".join(self.lines)
 
     def alive(self) -> bool:
+        """True while the replica's process runs."""
         return self.process.poll() is None
 
     def signal(self, signum: int) -> None:
+        """Send `signum` to the replica's process group (nothing if it has ended)."""
         if self.alive():
             os.killpg(self.process.pid, signum)
 
     def stop(self, timeout: float = 30.0) -> int | None:
+        """SIGTERM the replica, SIGKILL it after `timeout` seconds; its exit code."""
         self.signal(signal.SIGTERM)
         try:
             self.process.wait(timeout)
@@ -238,10 +243,13 @@ class LocalDeployment:
             raise AssertionError(f"{err}\n{self.logs()}") from None
 
     def logs(self) -> str:
+        """Every replica's output under a header with its name and exit code (for a failing test's
+        report)."""
         return "\n".join(f"===== {r.name} (exit {r.process.poll()}) =====\n{r.output()}"
                          for r in self.replicas)
 
     def stop(self) -> None:
+        """Stop every replica (SIGTERM, then SIGKILL)."""
         for replica in self.replicas:
             replica.stop()
 

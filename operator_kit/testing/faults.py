@@ -37,6 +37,7 @@ class TcpProxy:
 
     @property
     def address(self) -> str:
+        """``127.0.0.1:PORT``: where clients connect instead of the real server."""
         return f"127.0.0.1:{self.port}"
 
     def pause(self) -> None:
@@ -44,6 +45,7 @@ class TcpProxy:
         self._flowing.clear()
 
     def resume(self) -> None:
+        """Pass bytes again after `pause`."""
         self._flowing.set()
 
     def cut(self) -> None:
@@ -55,10 +57,12 @@ class TcpProxy:
                 _close(sock)
 
     def connections(self) -> int:
+        """How many client connections are open now."""
         with self._lock:
             return len(self._pairs)
 
     def close(self) -> None:
+        """Stop accepting, close every connection and join the proxy's threads."""
         self._closed.set()
         self._flowing.set()
         _close(self._listener)

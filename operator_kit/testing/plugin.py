@@ -23,6 +23,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(scope="session")
 def cluster() -> TestCluster:
+    """The cluster in ``OPERATOR_KIT_TEST_KUBECONFIG`` for the session; skips the test without one,
+    or fails it when ``OPERATOR_KIT_TEST_REQUIRE_KUBERNETES`` is set."""
     try:
         return TestCluster.from_env()
     except NoTestCluster as err:
@@ -36,6 +38,7 @@ def cluster() -> TestCluster:
 
 @pytest.fixture
 def namespace(cluster: TestCluster, request: pytest.FixtureRequest) -> Iterator[Namespace]:
+    """A fresh namespace named after the test, deleted after it."""
     prefix = request.node.name.removeprefix("test_").replace("_", "-")[:40].strip("-").lower()
     ns = cluster.namespace(prefix or "test")
     yield ns
