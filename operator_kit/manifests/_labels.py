@@ -69,6 +69,8 @@ class RecommendedLabels:
                     "letter or digit")
 
     def for_component(self, component: str) -> dict[str, str]:
+        """The six labels for a document of `component`, in the recommended order (the
+        version left out when there is none)."""
         labels = {"app.kubernetes.io/name": self.name,
                   "app.kubernetes.io/instance": self.instance}
         if self.version is not None:
