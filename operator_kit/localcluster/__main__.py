@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from operator_kit.localcluster.binaries import BinariesError, find_or_build
@@ -33,7 +34,15 @@ def main(argv: list[str] | None = None) -> int:
         default=180.0,
         help="seconds to wait for each component (default: %(default)s)",
     )
+    parser.add_argument(
+        "--kubernetes-version",
+        default=None,
+        help="Kubernetes to build or run: 1.35.x, 1.36.x or 1.37.x, or an exact v1.Y.Z "
+        "(default: $OPERATOR_KIT_KUBERNETES_VERSION, else the newest supported)",
+    )
     args = parser.parse_args(argv)
+    if args.kubernetes_version:
+        os.environ["OPERATOR_KIT_KUBERNETES_VERSION"] = args.kubernetes_version
     cluster = LocalCluster(args.dir)
     try:
         if args.command == "build":

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -50,12 +49,41 @@ def test_no_go_and_no_binaries_says_what_to_install_or_set(
     assert "OPERATOR_KIT_BINARIES" in str(missing.value)
 
 
-def test_wrapper_modules_pin_every_staging_module_to_the_kubernetes_release() -> None:
-    gomod = (Path(binaries.__file__).parent / "gomod" / "kubernetes" / "go.mod").read_text()
-    minor = binaries.KUBERNETES_VERSION.lstrip("v").split(".", 1)[1]
-    requires = [line.split()[:2] for line in gomod.splitlines() if "k8s.io/kubernetes v" in line]
-    assert ["k8s.io/kubernetes", binaries.KUBERNETES_VERSION] in requires
-    replaced = [line for line in gomod.splitlines() if "=> k8s.io/" in line]
-    assert len(replaced) > 25
-    assert all(line.rstrip().endswith(f"v0.{minor}") for line in replaced), replaced
-    assert os.access(Path(binaries.__file__).parent / "gomod" / "etcd" / "go.mod", os.R_OK)
+UPSTREAM = """module k8s.io/kubernetes
+
+go 1.26.0
+
+godebug default=go1.26
+
+require k8s.io/api v0.0.0
+
+replace (
+\tk8s.io/api => ./staging/src/k8s.io/api
+\tk8s.io/streaming => ./staging/src/k8s.io/streaming
+)
+"""
+
+
+def test_wrapper_gomod_keeps_go_and_godebug_and_pins_staging_modules() -> None:
+    gomod = binaries.wrapper_gomod(UPSTREAM, "k8s.io/kubernetes", "v1.37.2", ["k8s.io/x/cmd/a"])
+    lines = [line.strip() for line in gomod.splitlines()]
+    assert "go 1.26.0" in lines and "godebug default=go1.26" in lines
+    assert "require k8s.io/kubernetes v1.37.2" in lines
+    assert "k8s.io/api => k8s.io/api v0.37.2" in lines
+    assert "k8s.io/streaming => k8s.io/streaming v0.37.2" in lines
+    assert "./staging" not in gomod
+
+
+def test_versions_resolve_to_pinned_patches_and_bad_ones_say_what_is_supported(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(binaries.VERSION_ENV, raising=False)
+    assert binaries.resolve(None).kubernetes == binaries.DEFAULT_KUBERNETES_VERSION
+    assert binaries.resolve("1.35.x") == binaries.SUPPORTED["1.35"]
+    assert binaries.resolve("v1.36.1").kubernetes == "v1.36.1"
+    monkeypatch.setenv(binaries.VERSION_ENV, "1.36")
+    assert binaries.resolve(None).kubernetes == "v1.36.3"
+    with pytest.raises(BinariesError, match=r"1\.34 is not supported"):
+        binaries.resolve("1.34")
+    with pytest.raises(BinariesError, match="not a Kubernetes version"):
+        binaries.resolve("latest")
