@@ -80,6 +80,8 @@ class Binaries:
     kube_apiserver: Path
     kube_controller_manager: Path | None
     kubectl: Path | None
+    # The release they were built for; None for a folder the user named (unknown).
+    kubernetes_version: str | None = None
 
     def missing(self) -> list[str]:
         """Optional binaries that are absent, by name."""
@@ -130,6 +132,18 @@ def cache_dir() -> Path:
     return Path(base) / "operator_kit" / "bin"
 
 
+def cache_folders(release: Release) -> tuple[Path, Path]:
+    """Where `release`'s binaries are cached: ``kubernetes-v1.Y.Z/`` (kube-apiserver,
+    kube-controller-manager, kubectl) and ``etcd-v3.Y.Z/`` (etcd), each complete once it
+    holds a ``.complete`` marker. Releases sharing an etcd share its folder."""
+    return cache_dir() / f"kubernetes-{release.kubernetes}", cache_dir() / f"etcd-{release.etcd}"
+
+
+def is_cached(release: Release) -> bool:
+    """True when `release` runs without building anything."""
+    return all((folder / ".complete").exists() for folder in cache_folders(release))
+
+
 def _executable(folder: Path, name: str) -> Path | None:
     path = folder / name
     return path if path.is_file() and os.access(path, os.X_OK) else None
@@ -154,15 +168,24 @@ def from_folder(folder: Path) -> Binaries:
     )
 
 
-def find_or_build(version: str | None = None, *, log: bool = True) -> Binaries:
-    """The binaries to run for `version` (see `resolve`), building them on first use."""
+def user_folder() -> Path | None:
+    """The folder ``OPERATOR_KIT_BINARIES`` (or ``KUBEBUILDER_ASSETS``) names, if any."""
     for var in ("OPERATOR_KIT_BINARIES", "KUBEBUILDER_ASSETS"):
         folder = os.environ.get(var)
         if folder:
-            return from_folder(Path(folder))
+            return Path(folder)
+    return None
+
+
+def find_or_build(version: str | None = None, *, log: bool = True) -> Binaries:
+    """The binaries to run for `version` (see `resolve`), building them on first use."""
+    folder = user_folder()
+    if folder is not None:
+        return from_folder(folder)
     release = resolve(version)
+    k8s_folder, etcd_folder = cache_folders(release)
     k8s = _cached_build(
-        f"kubernetes-{release.kubernetes}",
+        k8s_folder.name,
         "k8s.io/kubernetes",
         release.kubernetes,
         [f"k8s.io/kubernetes/cmd/{c}" for c in _KUBERNETES_COMMANDS],
@@ -170,7 +193,7 @@ def find_or_build(version: str | None = None, *, log: bool = True) -> Binaries:
         log=log,
     )
     etcd = _cached_build(
-        f"etcd-{release.etcd}",
+        etcd_folder.name,
         "go.etcd.io/etcd/server/v3",
         release.etcd,
         ["go.etcd.io/etcd/server/v3"],
@@ -183,6 +206,7 @@ def find_or_build(version: str | None = None, *, log: bool = True) -> Binaries:
         kube_apiserver=k8s / "kube-apiserver",
         kube_controller_manager=k8s / "kube-controller-manager",
         kubectl=k8s / "kubectl",
+        kubernetes_version=release.kubernetes,
     )
 
 
