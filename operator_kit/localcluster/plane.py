@@ -308,6 +308,9 @@ class LocalCluster:
                 f"--secure-port={s.apiserver_port}",
                 "--bind-address=127.0.0.1",
                 "--advertise-address=127.0.0.1",
+                # The default (lease) reconciler of the `kubernetes` Service's endpoints
+                # refuses a loopback address from 1.37 on; nothing here routes to it.
+                "--endpoint-reconciler-type=none",
                 f"--cert-dir={pki}",
                 f"--tls-cert-file={pki / 'apiserver.crt'}",
                 f"--tls-private-key-file={pki / 'apiserver.key'}",
