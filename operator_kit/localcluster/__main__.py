@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
-from operator_kit.localcluster.binaries import BinariesError, find_or_build
+from operator_kit.localcluster.binaries import (
+    DEFAULT_KUBERNETES_VERSION,
+    VERSION_ENV,
+    BinariesError,
+    find_or_build,
+    resolve,
+    supported_versions,
+)
 from operator_kit.localcluster.plane import LocalCluster, LocalClusterError, default_dir
 
 
@@ -33,11 +41,25 @@ def main(argv: list[str] | None = None) -> int:
         default=180.0,
         help="seconds to wait for each component (default: %(default)s)",
     )
+    parser.add_argument(
+        "--kubernetes-version",
+        default=None,
+        help=f"Kubernetes to build or run: {supported_versions()}, or an exact v1.Y.Z "
+        f"(default: ${VERSION_ENV}, else {DEFAULT_KUBERNETES_VERSION})",
+    )
     args = parser.parse_args(argv)
+    if args.command in ("up", "build"):
+        try:
+            resolve(args.kubernetes_version)  # a bad flag or env var: a usage error (exit 2)
+        except BinariesError as err:
+            parser.error(str(err))
+    if args.kubernetes_version:
+        os.environ[VERSION_ENV] = args.kubernetes_version
     cluster = LocalCluster(args.dir)
     try:
         if args.command == "build":
             binaries = find_or_build()
+            print(f"kubernetes: {binaries.kubernetes_version or 'as found in the folder'}")
             for name in ("etcd", "kube_apiserver", "kube_controller_manager", "kubectl"):
                 print(f"{name.replace('_', '-')}: {getattr(binaries, name) or 'missing'}")
             return 0
@@ -55,8 +77,10 @@ def main(argv: list[str] | None = None) -> int:
         reused = cluster.running()
         kubeconfig = cluster.up(timeout=args.timeout)
         state = "reusing" if reused else "started"
+        version = cluster.state.kubernetes_version
         print(
-            f"{state} local control plane at {cluster.server}; logs in {cluster.dir}/logs",
+            f"{state} local control plane{f' (Kubernetes {version})' if version else ''} at "
+            f"{cluster.server}; logs in {cluster.dir}/logs",
             file=sys.stderr,
         )
         print(kubeconfig)

@@ -1,21 +1,30 @@
-"""Finding or building the control plane's binaries.
+"""Finding or building the control plane's binaries, for a chosen Kubernetes version.
 
 Order of preference:
 1. ``OPERATOR_KIT_BINARIES`` (or envtest's ``KUBEBUILDER_ASSETS``): a folder holding
    ``etcd`` and ``kube-apiserver``, and optionally ``kube-controller-manager`` and
-   ``kubectl``. Nothing is built.
+   ``kubectl``. Nothing is built (and no version is chosen: the folder's binaries run).
 2. The cache, ``$XDG_CACHE_HOME/operator_kit/bin/<component>-<version>/`` (default
-   ``~/.cache``): built once, reused in seconds.
-3. A build with the installed Go from the wrapper modules shipped in ``gomod/``. The
-   ``k8s.io/kubernetes`` module cannot be ``go install``-ed (its go.mod replaces its
-   staging modules with local paths); the wrapper pins each staging module to its
-   published release instead and names the commands as ``tool`` dependencies, so one
-   ``go build`` compiles the three Kubernetes binaries and shares their packages.
+   ``~/.cache``): built once per version, reused in seconds.
+3. A build with the installed Go. The ``k8s.io/kubernetes`` module cannot be
+   ``go install``-ed (its go.mod replaces its staging modules with local paths), so a
+   wrapper module is generated for the chosen version from that version's own go.mod:
+   the same ``go`` and ``godebug`` lines, and every staging module it replaces pinned to
+   its published ``v0.Y.Z``. The commands are ``tool`` dependencies, so one ``go build``
+   compiles the three Kubernetes binaries and shares their packages. etcd is built the
+   same way from ``go.etcd.io/etcd/server/v3``. Builds run niced, with Go's parallelism
+   capped at the machine's cores; Go's module and build caches stay in their usual places.
+
+The version is ``--kubernetes-version`` on the command line, else
+``OPERATOR_KIT_KUBERNETES_VERSION``, else `DEFAULT_KUBERNETES_VERSION`. ``1.37``,
+``1.37.x`` and ``v1.37.2`` are all accepted; a minor alone means the patch release
+pinned in `SUPPORTED`.
 """
 
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import re
 import shutil
@@ -27,12 +36,38 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-KUBERNETES_VERSION = "v1.36.3"
-ETCD_VERSION = "v3.6.16"
-# The Go release the pinned Kubernetes version needs (its go.mod's go directive).
-GO_MINIMUM = (1, 26)
+VERSION_ENV = "OPERATOR_KIT_KUBERNETES_VERSION"
+JOBS_ENV = "OPERATOR_KIT_BUILD_JOBS"
 
-_GOMOD = Path(__file__).parent / "gomod"
+
+@dataclass(frozen=True)
+class Release:
+    """A Kubernetes release and the etcd it runs with."""
+
+    kubernetes: str  # "v1.37.2"
+    etcd: str  # "v3.7.3"
+
+    @property
+    def minor(self) -> str:
+        """``"1.37"``."""
+        return ".".join(self.kubernetes.lstrip("v").split(".")[:2])
+
+
+# Each supported minor: the patch release that "1.Y" and "1.Y.x" build, and the etcd to run
+# with it (the newest patch of the etcd minor that minor's kubeadm names as its default:
+# 3.6 for 1.35 and 1.36, 3.7 for 1.37).
+SUPPORTED: dict[str, Release] = {
+    "1.35": Release("v1.35.4", "v3.6.16"),
+    "1.36": Release("v1.36.3", "v3.6.16"),
+    "1.37": Release("v1.37.2", "v3.7.3"),
+}
+DEFAULT_KUBERNETES_VERSION = SUPPORTED["1.37"].kubernetes
+# The default release's versions, under the names earlier releases exported.
+KUBERNETES_VERSION = DEFAULT_KUBERNETES_VERSION
+ETCD_VERSION = SUPPORTED["1.37"].etcd
+
+_KUBERNETES_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kubectl")
+_VERSION = re.compile(r"^v?1\.(\d+)(?:\.(\d+|x))?$")
 
 
 class BinariesError(RuntimeError):
@@ -45,6 +80,8 @@ class Binaries:
     kube_apiserver: Path
     kube_controller_manager: Path | None
     kubectl: Path | None
+    # The release they were built for; None for a folder the user named (unknown).
+    kubernetes_version: str | None = None
 
     def missing(self) -> list[str]:
         """Optional binaries that are absent, by name."""
@@ -56,9 +93,55 @@ class Binaries:
         return absent
 
 
+def supported_versions() -> str:
+    return ", ".join(f"{minor}.x ({r.kubernetes})" for minor, r in SUPPORTED.items())
+
+
+def resolve(version: str | None = None) -> Release:
+    """The release to build for a version as a user writes it (None: env var, then default).
+
+    ``1.35``, ``1.35.x``, ``v1.35.4`` and ``1.35.4`` are accepted for each supported minor;
+    any patch release of a supported minor may be named exactly.
+    """
+    source = "--kubernetes-version"
+    if version is None:
+        version = os.environ.get(VERSION_ENV) or None
+        source = VERSION_ENV
+    if version is None:
+        return SUPPORTED[".".join(DEFAULT_KUBERNETES_VERSION.lstrip("v").split(".")[:2])]
+    found = _VERSION.match(version.strip())
+    if found is None:
+        raise BinariesError(
+            f"{source}={version!r} is not a Kubernetes version: write it like 1.37, 1.37.x "
+            f"or v1.37.2 (supported: {supported_versions()})"
+        )
+    minor = f"1.{found[1]}"
+    pinned = SUPPORTED.get(minor)
+    if pinned is None:
+        raise BinariesError(
+            f"{source}={version!r}: Kubernetes {minor} is not supported; "
+            f"pick one of {supported_versions()}"
+        )
+    if found[2] is None or found[2] == "x":
+        return pinned
+    return Release(f"v{minor}.{found[2]}", pinned.etcd)
+
+
 def cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "operator_kit" / "bin"
+
+
+def cache_folders(release: Release) -> tuple[Path, Path]:
+    """Where `release`'s binaries are cached: ``kubernetes-v1.Y.Z/`` (kube-apiserver,
+    kube-controller-manager, kubectl) and ``etcd-v3.Y.Z/`` (etcd), each complete once it
+    holds a ``.complete`` marker. Releases sharing an etcd share its folder."""
+    return cache_dir() / f"kubernetes-{release.kubernetes}", cache_dir() / f"etcd-{release.etcd}"
+
+
+def is_cached(release: Release) -> bool:
+    """True when `release` runs without building anything."""
+    return all((folder / ".complete").exists() for folder in cache_folders(release))
 
 
 def _executable(folder: Path, name: str) -> Path | None:
@@ -85,26 +168,34 @@ def from_folder(folder: Path) -> Binaries:
     )
 
 
-def find_or_build(*, log: bool = True) -> Binaries:
-    """The binaries to run, building them into the cache on first use."""
+def user_folder() -> Path | None:
+    """The folder ``OPERATOR_KIT_BINARIES`` (or ``KUBEBUILDER_ASSETS``) names, if any."""
     for var in ("OPERATOR_KIT_BINARIES", "KUBEBUILDER_ASSETS"):
         folder = os.environ.get(var)
         if folder:
-            return from_folder(Path(folder))
+            return Path(folder)
+    return None
+
+
+def find_or_build(version: str | None = None, *, log: bool = True) -> Binaries:
+    """The binaries to run for `version` (see `resolve`), building them on first use."""
+    folder = user_folder()
+    if folder is not None:
+        return from_folder(folder)
+    release = resolve(version)
+    k8s_folder, etcd_folder = cache_folders(release)
     k8s = _cached_build(
-        f"kubernetes-{KUBERNETES_VERSION}",
-        "kubernetes",
-        [
-            "k8s.io/kubernetes/cmd/kube-apiserver",
-            "k8s.io/kubernetes/cmd/kube-controller-manager",
-            "k8s.io/kubernetes/cmd/kubectl",
-        ],
-        _kubernetes_ldflags(),
+        k8s_folder.name,
+        "k8s.io/kubernetes",
+        release.kubernetes,
+        [f"k8s.io/kubernetes/cmd/{c}" for c in _KUBERNETES_COMMANDS],
+        _kubernetes_ldflags(release.kubernetes),
         log=log,
     )
     etcd = _cached_build(
-        f"etcd-{ETCD_VERSION}",
-        "etcd",
+        etcd_folder.name,
+        "go.etcd.io/etcd/server/v3",
+        release.etcd,
         ["go.etcd.io/etcd/server/v3"],
         "-s -w",
         log=log,
@@ -115,21 +206,95 @@ def find_or_build(*, log: bool = True) -> Binaries:
         kube_apiserver=k8s / "kube-apiserver",
         kube_controller_manager=k8s / "kube-controller-manager",
         kubectl=k8s / "kubectl",
+        kubernetes_version=release.kubernetes,
     )
 
 
-def _kubernetes_ldflags() -> str:
-    major, minor = KUBERNETES_VERSION.lstrip("v").split(".")[:2]
+def _kubernetes_ldflags(version: str) -> str:
+    major, minor = version.lstrip("v").split(".")[:2]
     flags = {
-        "k8s.io/component-base/version.gitVersion": KUBERNETES_VERSION,
+        "k8s.io/component-base/version.gitVersion": version,
         "k8s.io/component-base/version.gitMajor": major,
         "k8s.io/component-base/version.gitMinor": minor,
         "k8s.io/component-base/version.gitTreeState": "clean",
-        "k8s.io/client-go/pkg/version.gitVersion": KUBERNETES_VERSION,
+        "k8s.io/client-go/pkg/version.gitVersion": version,
         "k8s.io/client-go/pkg/version.gitMajor": major,
         "k8s.io/client-go/pkg/version.gitMinor": minor,
     }
     return "-s -w " + " ".join(f"-X {k}={v}" for k, v in flags.items())
+
+
+# -- the wrapper module ----------------------------------------------------------------
+
+_LOCAL_REPLACE = re.compile(r"^\s*(?:replace\s+)?(\S+)(?:\s+v\S+)?\s+=>\s+(\.{1,2}/\S*)\s*$")
+
+
+def wrapper_gomod(upstream: str, module: str, version: str, packages: list[str]) -> str:
+    """A go.mod that builds `packages` of `module`@`version` from published modules only.
+
+    `upstream` is that version's own go.mod. Its ``go`` and ``godebug`` lines are kept
+    (they set the language version and runtime defaults the release was tested with), and
+    each module it replaces with a local path (``k8s.io/api => ./staging/src/k8s.io/api``,
+    ``go.etcd.io/etcd/api/v3 => ../api``) is pinned to its release for `version`: the same
+    version for etcd's siblings, ``v0.Y.Z`` for Kubernetes' staging modules.
+    """
+    go_line = next((ln.strip() for ln in upstream.splitlines() if ln.startswith("go ")), None)
+    if go_line is None:
+        raise BinariesError(f"{module}@{version}'s go.mod has no go directive")
+    godebug = [ln.strip() for ln in upstream.splitlines() if ln.startswith("godebug ")]
+    local = sorted(
+        {m[1] for ln in upstream.splitlines() if (m := _LOCAL_REPLACE.match(ln)) and m[1] != module}
+    )
+    if module == "k8s.io/kubernetes":
+        if not local:
+            raise BinariesError(f"{module}@{version}'s go.mod replaces no staging modules")
+        pin = "v0." + version.lstrip("v").split(".", 1)[1]
+    else:
+        pin = version
+    lines = [
+        "// Generated by operator_kit.localcluster: builds released binaries of",
+        f"// {module} {version} from published modules only.",
+        "module operatorkit.local/wrapper",
+        "",
+        go_line,
+        *godebug,
+        "",
+        f"require {module} {version}",
+        "",
+        "tool (",
+        *(f"\t{p}" for p in packages),
+        ")",
+    ]
+    if local:
+        lines += ["", "replace (", *(f"\t{m} => {m} {pin}" for m in local), ")"]
+    return "\n".join(lines) + "\n"
+
+
+def _upstream_gomod(go: str, module: str, version: str, env: dict[str, str]) -> str:
+    """`module`@`version`'s go.mod, through the Go module proxy (or Go's module cache)."""
+    result = subprocess.run(
+        [go, "mod", "download", "-json", f"{module}@{version}"],
+        cwd=cache_dir(),
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    try:
+        info = json.loads(result.stdout)
+    except ValueError:
+        info = {}
+    path = info.get("GoMod")
+    if result.returncode != 0 or not path:
+        reason = info.get("Error") or result.stderr.strip() or "no go.mod found"
+        raise BinariesError(
+            f"cannot fetch {module}@{version} from the Go module proxy: {reason}. Check "
+            "GOPROXY and the network, or set OPERATOR_KIT_BINARIES to prebuilt binaries."
+        )
+    return Path(path).read_text()
+
+
+# -- building --------------------------------------------------------------------------
 
 
 @contextmanager
@@ -144,9 +309,45 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def build_jobs() -> int:
+    """Go's build parallelism: OPERATOR_KIT_BUILD_JOBS, else the cores this process may use."""
+    raw = os.environ.get(JOBS_ENV)
+    if raw:
+        if not raw.isdigit() or int(raw) < 1:
+            raise BinariesError(f"{JOBS_ENV}={raw!r} must be a whole number of 1 or more")
+        return int(raw)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def build_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for ``go``: static binaries, module mode, bounded parallelism.
+
+    ``-p`` caps the packages compiled at once and ``GOMAXPROCS`` each compiler's own
+    threads, both at `build_jobs`, so a build never runs more threads than cores; the
+    user's own GOFLAGS come first, ours after them.
+    """
+    env = dict(os.environ if base is None else base)
+    jobs = build_jobs()
+    ours = f"-mod=mod -buildvcs=false -p={jobs}"
+    env["GOFLAGS"] = f"{env['GOFLAGS']} {ours}" if env.get("GOFLAGS") else ours
+    env["GOMAXPROCS"] = str(jobs)
+    env["CGO_ENABLED"] = "0"
+    return env
+
+
+def _niced(cmd: list[str]) -> list[str]:
+    """`cmd` at a lower priority (nice 10), so a build leaves room for interactive work."""
+    nice = shutil.which("nice")
+    return [nice, "-n", "10", *cmd] if nice else cmd
+
+
 def _cached_build(
     name: str,
     module: str,
+    version: str,
     packages: list[str],
     ldflags: str,
     *,
@@ -161,37 +362,43 @@ def _cached_build(
         if done.exists():  # another process built it while we waited
             return target
         go = _go()
+        env = build_env()
         if log:
             print(
-                f"building {name} with {go} (first use only; cached in {target})",
+                f"building {name} with {go}, -p={build_jobs()} at nice 10 "
+                f"(first use only, several minutes; cached in {target})",
                 file=sys.stderr,
                 flush=True,
             )
+        gomod = wrapper_gomod(_upstream_gomod(go, module, version, env), module, version, packages)
+        _check_go_version(go, gomod, module, version)
         with tempfile.TemporaryDirectory(prefix=f"{name}-", dir=cache_dir()) as tmp:
             work = Path(tmp) / "src"
-            shutil.copytree(_GOMOD / module, work)
+            work.mkdir()
+            (work / "go.mod").write_text(gomod)
             out = Path(tmp) / "out"
             out.mkdir()
-            env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=mod -buildvcs=false")
-            cmd = [go, "build", "-trimpath", "-ldflags", ldflags, "-o", str(out) + "/", *packages]
-            result = subprocess.run(
-                cmd,
-                cwd=work,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                check=False,
-            )
-            if result.returncode != 0:
-                tail = "\n".join(result.stdout.splitlines()[-30:])
-                raise BinariesError(
-                    f"building {name} failed ({' '.join(cmd)}):\n{tail}\n"
-                    "Set OPERATOR_KIT_BINARIES to a folder with prebuilt binaries instead."
+            build = [go, "build", "-trimpath", "-ldflags", ldflags, "-o", str(out) + "/", *packages]
+            for cmd in ([go, "mod", "tidy"], build):
+                result = subprocess.run(
+                    _niced(cmd),
+                    cwd=work,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    check=False,
                 )
+                if result.returncode != 0:
+                    tail = "\n".join(result.stdout.splitlines()[-30:])
+                    raise BinariesError(
+                        f"building {name} failed ({' '.join(cmd)}):\n{tail}\n"
+                        "Set OPERATOR_KIT_BINARIES to a folder with prebuilt binaries instead."
+                    )
             for old, new in (rename or {}).items():
                 (out / old).rename(out / new)
-            (out / ".complete").write_text(KUBERNETES_VERSION + " " + ETCD_VERSION + "\n")
+            shutil.copy(work / "go.mod", out / "go.mod")
+            (out / ".complete").write_text(f"{module} {version}\n")
             if target.exists():
                 shutil.rmtree(target)
             out.rename(target)
@@ -203,16 +410,29 @@ def _go() -> str:
     if go is None:
         raise BinariesError(
             "The local control plane needs etcd, kube-apiserver and kube-controller-manager, "
-            f"and no Go toolchain was found to build them. Install Go "
-            f"{'.'.join(map(str, GO_MINIMUM))}+ (https://go.dev/doc/install), or set "
-            "OPERATOR_KIT_BINARIES to a folder holding the binaries (envtest's assets work)."
-        )
-    out = subprocess.run([go, "version"], capture_output=True, text=True, check=False).stdout
-    found = re.search(r"go(\d+)\.(\d+)", out)
-    if found and (int(found[1]), int(found[2])) < GO_MINIMUM:
-        raise BinariesError(
-            f"Kubernetes {KUBERNETES_VERSION} needs Go {'.'.join(map(str, GO_MINIMUM))}+, "
-            f"found {out.strip()}. Upgrade Go, or set OPERATOR_KIT_BINARIES to a folder "
-            "holding etcd, kube-apiserver and kube-controller-manager."
+            "and no Go toolchain was found to build them. Install Go "
+            "(https://go.dev/doc/install), or set OPERATOR_KIT_BINARIES to a folder holding "
+            "the binaries (envtest's assets work)."
         )
     return go
+
+
+def _go_version(text: str) -> tuple[int, int] | None:
+    found = re.search(r"go\s*(\d+)\.(\d+)", text)
+    return (int(found[1]), int(found[2])) if found else None
+
+
+def _check_go_version(go: str, gomod: str, module: str, version: str) -> None:
+    """A clear error when the installed Go is older than the release's go directive and
+    may not fetch a newer toolchain itself (GOTOOLCHAIN=local)."""
+    wanted = _go_version(next(ln for ln in gomod.splitlines() if ln.startswith("go ")))
+    out = subprocess.run(
+        [go, "env", "GOVERSION", "GOTOOLCHAIN"], capture_output=True, text=True, check=False
+    ).stdout.split()
+    have = _go_version(out[0]) if out else None
+    if wanted and have and have < wanted and out[1:2] == ["local"]:
+        raise BinariesError(
+            f"{module} {version} needs Go {wanted[0]}.{wanted[1]}+, found {out[0]} "
+            "(and GOTOOLCHAIN=local). Upgrade Go, pick an older --kubernetes-version, or "
+            "set OPERATOR_KIT_BINARIES to a folder holding the binaries."
+        )

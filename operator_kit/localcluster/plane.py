@@ -37,7 +37,7 @@ from pathlib import Path
 import yaml
 
 from operator_kit import _pki
-from operator_kit.localcluster.binaries import Binaries, find_or_build
+from operator_kit.localcluster.binaries import Binaries, find_or_build, resolve, user_folder
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager")
 CONTROLLERS = (
@@ -73,6 +73,9 @@ class _State:
     pids: dict[str, int] = field(default_factory=dict)
     binaries: dict[str, str | None] = field(default_factory=dict)
     apiserver_args: list[str] = field(default_factory=list)
+    # The Kubernetes release the binaries were built for (None: a user's folder, or a
+    # plane started before versions were recorded).
+    kubernetes_version: str | None = None
 
 
 class LocalCluster:
@@ -133,6 +136,7 @@ class LocalCluster:
     def up(self, *, timeout: float = 120.0, apiserver_args: list[str] | None = None) -> Path:
         """Start the plane (or reuse the one running here); return the kubeconfig path."""
         if self.running():
+            self._check_version()
             self._wait_default_service_account(timeout)
             return self.kubeconfig
         if self._state_file.exists():  # a dead or half-dead plane: start clean
@@ -153,6 +157,7 @@ class LocalCluster:
                 "kubectl": _str_or_none(binaries.kubectl),
             },
             apiserver_args=list(apiserver_args or []),
+            kubernetes_version=binaries.kubernetes_version,
         )
         self._write_pki()
         self._write_kubeconfig()
@@ -167,6 +172,18 @@ class LocalCluster:
         if binaries.kube_controller_manager is None:
             print(_NO_CONTROLLER_MANAGER, file=sys.stderr)
         return self.kubeconfig
+
+    def _check_version(self) -> None:
+        """A running plane is reused only for the Kubernetes version asked for."""
+        running = self.state.kubernetes_version
+        if running is None or user_folder() is not None:
+            return
+        wanted = resolve(None).kubernetes
+        if wanted != running:
+            raise LocalClusterError(
+                f"the plane in {self.dir} runs Kubernetes {running}, not the {wanted} asked "
+                f"for: stop it first (down --dir {self.dir}), or pick another --dir"
+            )
 
     def down(self) -> None:
         """Stop every process this plane started and remove its folder."""
@@ -291,6 +308,9 @@ class LocalCluster:
                 f"--secure-port={s.apiserver_port}",
                 "--bind-address=127.0.0.1",
                 "--advertise-address=127.0.0.1",
+                # The default (lease) reconciler of the `kubernetes` Service's endpoints
+                # refuses a loopback address from 1.37 on; nothing here routes to it.
+                "--endpoint-reconciler-type=none",
                 f"--cert-dir={pki}",
                 f"--tls-cert-file={pki / 'apiserver.crt'}",
                 f"--tls-private-key-file={pki / 'apiserver.key'}",

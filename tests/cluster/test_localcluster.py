@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from operator_kit.localcluster import LocalCluster, LocalClusterError
+from operator_kit.localcluster.binaries import SUPPORTED, resolve
 
 
 def alive(pid: int) -> bool:
@@ -50,6 +51,13 @@ def test_up_twice_reuses_the_plane_and_down_stops_every_process(tmp_path: Path) 
         assert second.stdout.strip().splitlines()[-1] == kubeconfig
         assert "reusing" in second.stderr
         assert LocalCluster(folder).state.pids == pids, "a second up must not start new processes"
+        running = LocalCluster(folder).state.kubernetes_version
+        assert running == resolve(None).kubernetes
+        other = next(r for r in SUPPORTED.values() if r.kubernetes != running).kubernetes
+        mismatch = cli("up", "--dir", str(folder), "--kubernetes-version", other)
+        assert mismatch.returncode == 1, "a plane is reused only for the version asked for"
+        assert f"runs Kubernetes {running}, not the {other} asked for" in mismatch.stderr
+        assert LocalCluster(folder).state.pids == pids
         assert all(alive(pid) for pid in pids.values())
         key = folder / "pki" / "admin.key"
         assert key.stat().st_mode & 0o077 == 0, "private keys must not be group/world readable"
