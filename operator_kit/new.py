@@ -43,6 +43,7 @@ import sys
 import urllib.parse
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from operator_kit.rbac import guess_plural
 from operator_kit.resources import _GROUP
@@ -676,22 +677,31 @@ def render(template: str, values: dict[str, str]) -> str:
 
 def operator_kit_source() -> str:
     """What ``pip wheel`` should build operator_kit's wheel from: where the installed one came
-    from (a checkout's path, a wheel's path, a VCS URL; PEP 610), else the package name."""
-    try:
-        text = importlib.metadata.distribution("operator_kit").read_text("direct_url.json")
-    except importlib.metadata.PackageNotFoundError:  # run from a checkout, not installed
-        return str(Path(__file__).resolve().parents[1])
-    info = json.loads(text or "{}")
-    url = info.get("url", "")
-    if "vcs_info" in info:
-        vcs = info["vcs_info"]
-        commit = vcs.get("requested_revision") or vcs.get("commit_id")
-        return f"operator_kit @ {vcs['vcs']}+{url}" + (f"@{commit}" if commit else "")
+    from (PEP 610's ``direct_url.json``), else the checkout this module is imported from,
+    else the package name (a package index)."""
+    for distribution in importlib.metadata.distributions(name="operator_kit"):
+        text = distribution.read_text("direct_url.json")  # absent from an in-tree egg-info
+        if text:
+            return source_of(json.loads(text))
+    checkout = Path(__file__).resolve().parents[1]
+    if (checkout / "setup.cfg").exists() or (checkout / "pyproject.toml").exists():
+        return str(checkout)
+    return "operator_kit"
+
+
+def source_of(direct_url: dict[str, Any]) -> str:
+    """A pip requirement (or path) for operator_kit from a PEP 610 ``direct_url.json``: a
+    checkout's or a wheel's path, ``operator_kit @ git+URL@REV``, ``operator_kit @ URL``."""
+    url = str(direct_url.get("url", ""))
+    vcs = direct_url.get("vcs_info")
+    if vcs is not None:
+        revision = vcs.get("requested_revision") or vcs.get("commit_id")
+        return f"operator_kit @ {vcs['vcs']}+{url}" + (f"@{revision}" if revision else "")
     if url.startswith("file://"):
         return urllib.request.url2pathname(urllib.parse.urlparse(url).path)
     if url:
         return f"operator_kit @ {url}"
-    return "operator_kit"  # from a package index
+    return "operator_kit"
 
 
 def generate(name: str, group: str, kind: str, directory: Path) -> list[Path]:
