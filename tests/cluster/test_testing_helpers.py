@@ -26,6 +26,11 @@ class Finalizing(WidgetController):
     def __init__(self, namespace: str) -> None:
         super().__init__(namespace, action=lambda _obj: Action.requeue(60))
         self.cleaned: list[str] = []
+        self.seen: list[Widget] = []
+
+    def reconcile(self, obj: Widget, ctx: Context) -> Action:
+        self.seen.append(obj)
+        return super().reconcile(obj, ctx)
 
     def cleanup(self, obj: Widget, ctx: Context) -> None:
         self.cleaned.append(obj.name)
@@ -38,12 +43,16 @@ def operator_threads() -> set[str]:
 
 def test_reconcile_once_runs_one_reconcile_with_the_finalizer_and_returns_its_action(
         cluster: TestCluster, namespace: Namespace) -> None:
-    create_widget(namespace, "w", size=3)
+    created = create_widget(namespace, "w", size=3)
     controller = Finalizing(namespace.name)
     threads = operator_threads()
     action = reconcile_once(controller, cluster, "w", namespace)
     assert action == Action.requeue(60)
     assert controller.recorder.count("w") == 1
+    seen = controller.seen[0]  # as the finalizer write left it, without managedFields
+    assert seen.finalizers == [FINALIZER] and "managedFields" not in seen.metadata
+    assert int(str(seen.resource_version)) > int(created["metadata"]["resourceVersion"])
+    assert seen.spec.size == 3 and seen.uid == created["metadata"]["uid"]
     assert operator_threads() == threads, "no informer, worker or watchdog thread started"
     stored = namespace.api.get(widget_path(namespace, "w"))
     assert stored["metadata"]["finalizers"] == [FINALIZER]
