@@ -39,6 +39,11 @@ subresource, ``{"status": {"observed": <generation>}}``, with ``--threads`` work
     and T threads calling ``CoreV1Api.patch_namespaced_config_map`` (server-side apply)
     and ``CustomObjectsApi.patch_namespaced_custom_object_status``. It skips objects whose
     status already shows their generation, so its own status patch does not loop.
+``operator_kit@before`` (added by ``--before DIR``)
+    as operator_kit, but its worker imports operator_kit from DIR (``PYTHONPATH``), e.g.
+    ``git archive main operator_kit | tar -x -C DIR``: before and after a change, side
+    by side with the baseline in one run. The worker reports where its operator_kit came
+    from, and the run fails if it was not DIR.
 ``operator_kit+owns`` (only when named in ``--contenders``)
     as operator_kit, but the controller also declares ``owns = ("v1/ConfigMap",)``, as
     a real operator would: it then watches ConfigMaps too, and each child's creation
@@ -57,6 +62,9 @@ Figures per run:
   all N created at once this is mostly time spent waiting in the contender's queue);
 - **RSS MB**: the contender process's peak resident memory (``VmHWM``);
 - **CPU s**: the contender's CPU seconds from the first create to convergence;
+- **CPU s/1k**: the same per 1,000 objects; the summary gives each contender's median
+  over the rounds and operator_kit's ratio to the baseline (the goal: at most 1.00x) and
+  to ``operator_kit@before``;
 - **server CPU s**: the same for our plane's etcd + kube-apiserver (only when the
   script started the plane): where the rest of the machine went;
 - **idle CPU %**: the contender's CPU seconds / wall seconds over the idle window, as a
