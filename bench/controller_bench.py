@@ -39,6 +39,11 @@ subresource, ``{"status": {"observed": <generation>}}``, with ``--threads`` work
     and T threads calling ``CoreV1Api.patch_namespaced_config_map`` (server-side apply)
     and ``CustomObjectsApi.patch_namespaced_custom_object_status``. It skips objects whose
     status already shows their generation, so its own status patch does not loop.
+``operator_kit@before`` (added by ``--before DIR``)
+    as operator_kit, but its worker imports operator_kit from DIR (``PYTHONPATH``), e.g.
+    ``git archive main operator_kit | tar -x -C DIR``: before and after a change, side
+    by side with the baseline in one run. The worker reports where its operator_kit came
+    from, and the run fails if it was not DIR.
 ``operator_kit+owns`` (only when named in ``--contenders``)
     as operator_kit, but the controller also declares ``owns = ("v1/ConfigMap",)``, as
     a real operator would: it then watches ConfigMaps too, and each child's creation
@@ -57,6 +62,9 @@ Figures per run:
   all N created at once this is mostly time spent waiting in the contender's queue);
 - **RSS MB**: the contender process's peak resident memory (``VmHWM``);
 - **CPU s**: the contender's CPU seconds from the first create to convergence;
+- **CPU s/1k**: the same per 1,000 objects; the summary gives each contender's median
+  over the rounds and operator_kit's ratio to the baseline (the goal: at most 1.00x) and
+  to ``operator_kit@before``;
 - **server CPU s**: the same for our plane's etcd + kube-apiserver (only when the
   script started the plane): where the rest of the machine went;
 - **idle CPU %**: the contender's CPU seconds / wall seconds over the idle window, as a
@@ -102,7 +110,8 @@ VERSION = "v1"
 KIND = "BenchItem"
 PLURAL = "benchitems"
 OWNS = "operator_kit+owns"
-CONTENDERS = ("operator_kit", "baseline", OWNS)
+BEFORE = "operator_kit@before"
+CONTENDERS = ("operator_kit", "baseline", OWNS, BEFORE)
 FIELD_MANAGER = "controller-bench"
 TARGET_RATIO = 0.8
 TARGET_RSS_MB = 150.0
@@ -165,9 +174,11 @@ def _serve_until_stdin_closes() -> None:
         pass
 
 
-def _report(reconciles: int, errors: int) -> None:
-    """The worker's last line on stdout: what the parent cannot see from outside."""
-    print(json.dumps({"reconciles": reconciles, "errors": errors}), flush=True)
+def _report(reconciles: int, errors: int, module: str = "") -> None:
+    """The worker's last line on stdout: what the parent cannot see from outside (and,
+    for operator_kit, which source tree it ran)."""
+    print(json.dumps({"reconciles": reconciles, "errors": errors, "module": module}),
+          flush=True)
 
 
 def worker_operator_kit(kubeconfig: str, namespace: str, threads: int, owns: bool) -> None:
@@ -206,7 +217,9 @@ def worker_operator_kit(kubeconfig: str, namespace: str, threads: int, owns: boo
         operator.stop(10)
     errors = REGISTRY.get_sample_value(
         "operator_kit_controller_reconcile_errors_total", {"controller": controller.name})
-    _report(calls.value, int(errors or 0))
+    import operator_kit
+
+    _report(calls.value, int(errors or 0), str(Path(operator_kit.__file__).resolve().parent))
 
 
 def worker_baseline(kubeconfig: str, namespace: str, threads: int) -> None:
@@ -351,12 +364,18 @@ class RunResult:
     p99_ms: float = float("nan")
     peak_rss_mb: float = float("nan")
     busy_cpu_s: float = float("nan")
+    module: str = ""
     server_cpu_s: float = float("nan")
     idle_cpu_pct: float = float("nan")
     create_per_s: float = float("nan")
     reconciles: int = 0
     errors: int = 0
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def cpu_per_1k(self) -> float:
+        """The contender's CPU seconds per 1,000 objects converged."""
+        return 1000 * self.busy_cpu_s / self.count
 
     @property
     def per_second(self) -> float:
@@ -473,18 +492,24 @@ class Bench:
     def install(self) -> None:
         self.cluster.install_crd(bench_kind())
 
-    def _spawn(self, *args: str, log_name: str) -> subprocess.Popen[str]:
+    def _spawn(self, *args: str, log_name: str, source: str | None = None
+               ) -> subprocess.Popen[str]:
+        """This script in worker mode; with `source`, importing operator_kit from there."""
+        env = dict(os.environ)
+        if source:
+            env["PYTHONPATH"] = os.pathsep.join(
+                [source, *filter(None, [env.get("PYTHONPATH")])])
         with open(self.logs / log_name, "w") as log:  # the child keeps its own copy
             return subprocess.Popen(
                 [sys.executable, os.path.abspath(__file__), "--kubeconfig", self.kubeconfig,
                  *args],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True)
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, env=env)
 
     def run(self, contender: str, count: int, idle_seconds: float) -> RunResult:
         """One contender reconciling `count` new objects in a namespace of its own."""
         options = self.options
         result = RunResult(contender, count)
-        slug = contender.replace("_", "").replace("+", "-")
+        slug = contender.replace("_", "").replace("+", "-").replace("@", "-")
         namespace = self.cluster.namespace(f"bench-{slug}-{count}")
         tag = f"{contender} N={count}"
         mode = "baseline" if contender == "baseline" else "operator_kit"
@@ -496,7 +521,8 @@ class Bench:
         creator: subprocess.Popen[str] | None = None
         watcher: StatusWatch | None = None
         try:
-            worker = self._spawn(*args, log_name=f"{contender}-{count}.log")
+            source = options.before if contender == BEFORE else None
+            worker = self._spawn(*args, log_name=f"{contender}-{count}.log", source=source)
             assert worker.stdin is not None and worker.stdout is not None
             if _read_line(worker.stdout, 120) != "ready\n":
                 raise RuntimeError(f"{tag}: the worker did not start; see its log "
@@ -541,6 +567,10 @@ class Bench:
                   file=sys.stderr)
             counts = json.loads(out.strip().splitlines()[-1])
             result.reconciles, result.errors = counts["reconciles"], counts["errors"]
+            result.module = counts.get("module", "")
+            if source and not Path(result.module).is_relative_to(Path(source).resolve()):
+                raise RuntimeError(f"{tag}: the worker ran operator_kit from {result.module}, "
+                                   f"not from --before {source}")
             children = len(namespace.list("v1", "ConfigMap"))
             if children < count:
                 result.notes.append(f"{tag}: only {children}/{count} ConfigMaps exist")
@@ -580,14 +610,15 @@ class Bench:
 
 
 def _format(results: list[RunResult]) -> str:
-    header = (f"{'N':>6} {'round':>5}  {'contender':<17} {'conv/s':>7} {'p50 ms':>7} "
-              f"{'p99 ms':>7} {'RSS MB':>7} {'CPU s':>6} {'server CPU s':>12} "
+    header = (f"{'N':>6} {'round':>5}  {'contender':<19} {'conv/s':>7} {'p50 ms':>7} "
+              f"{'p99 ms':>7} {'RSS MB':>7} {'CPU s':>6} {'CPU s/1k':>8} {'server CPU s':>12} "
               f"{'idle CPU %':>10} {'create/s':>8} {'reconciles':>10} {'errors':>6}")
     rows = [header, "-" * len(header)]
     for r in results:
-        rows.append(f"{r.count:>6} {r.round:>5}  {r.contender:<17} {r.per_second:>7.1f} "
+        rows.append(f"{r.count:>6} {r.round:>5}  {r.contender:<19} {r.per_second:>7.1f} "
                     f"{r.p50_ms:>7.0f} {r.p99_ms:>7.0f} {r.peak_rss_mb:>7.1f} "
-                    f"{r.busy_cpu_s:>6.1f} {r.server_cpu_s:>12.1f} {r.idle_cpu_pct:>10.2f} "
+                    f"{r.busy_cpu_s:>6.1f} {r.cpu_per_1k:>8.2f} {r.server_cpu_s:>12.1f} "
+                    f"{r.idle_cpu_pct:>10.2f} "
                     f"{r.create_per_s:>8.1f} {r.reconciles:>10} {r.errors:>6}")
     rows.append("")
     for count in sorted({r.count for r in results}):
@@ -602,6 +633,7 @@ def _format(results: list[RunResult]) -> str:
             rows.append(f"N={count}: operator_kit/baseline throughput = {ratio:.2f}x "
                         f"({kit:.1f} / {base:.1f} objects/s, median of rounds; {verdict} "
                         f"the >= {TARGET_RATIO}x target)")
+        rows.extend(_cpu_lines(results, count))
         rss = [r.peak_rss_mb for r in results
                if (r.count, r.contender) == (count, "operator_kit")]
         if rss and count >= 5000:
@@ -611,6 +643,30 @@ def _format(results: list[RunResult]) -> str:
     for r in results:
         rows.extend(f"note: {note}" for note in r.notes)
     return "\n".join(rows)
+
+
+def _cpu_lines(results: list[RunResult], count: int) -> list[str]:
+    """The contenders' CPU per 1,000 objects at `count` (medians of rounds), operator_kit
+    against the baseline (the goal: no more) and against the --before tree."""
+    cpu: dict[str, float] = {}
+    for contender in CONTENDERS:
+        runs = [r.cpu_per_1k for r in results if (r.count, r.contender) == (count, contender)
+                and r.converged == r.count]
+        if runs:
+            cpu[contender] = statistics.median(runs)
+    if "operator_kit" not in cpu:
+        return []
+    kit = cpu["operator_kit"]
+    rows = [f"N={count}: CPU s per 1,000 objects (median of rounds): " + ", ".join(
+        f"{name} {value:.2f}" for name, value in cpu.items())]
+    if "baseline" in cpu:
+        verdict = "meets" if kit <= cpu["baseline"] else "MISSES"
+        rows.append(f"N={count}: operator_kit/baseline CPU = {kit / cpu['baseline']:.2f}x "
+                    f"({verdict} the <= 1.00x goal)")
+    if BEFORE in cpu:
+        rows.append(f"N={count}: operator_kit/{BEFORE} CPU = {kit / cpu[BEFORE]:.2f}x "
+                    f"(after / before this tree's changes)")
+    return rows
 
 
 @contextlib.contextmanager
@@ -702,6 +758,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--contenders", type=_contenders, default=list(CONTENDERS[:2]),
                         help="comma-separated, from " + ", ".join(CONTENDERS) +
                              " (default: operator_kit,baseline)")
+    parser.add_argument("--before", metavar="DIR",
+                        help="a source tree holding another operator_kit package (e.g. "
+                             "`git archive main operator_kit | tar -x -C DIR`): adds the "
+                             f"contender {BEFORE}, run with that tree's operator_kit, to "
+                             "compare before and after a change in one run")
     parser.add_argument("--owns", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--logs", help="keep the worker logs in this folder")
     parser.add_argument("--timeout-base", type=float, default=60.0, help=argparse.SUPPRESS)
@@ -713,7 +774,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help=argparse.SUPPRESS)
     parser.add_argument("--namespace", help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
+    options = parser.parse_args(argv)
+    if options.before and options.worker is None:
+        if not (Path(options.before) / "operator_kit" / "__init__.py").exists():
+            parser.error(f"--before {options.before}: no operator_kit package in it")
+        if BEFORE not in options.contenders:
+            options.contenders.append(BEFORE)
+    elif BEFORE in options.contenders and options.worker is None:
+        parser.error(f"the contender {BEFORE} needs --before DIR")
+    return options
 
 
 def main(argv: Sequence[str] | None = None) -> int:

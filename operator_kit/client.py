@@ -144,6 +144,13 @@ class Resource:
         return f"{self.plural}.{self.group}" if self.group else self.plural
 
 
+METADATA_ONLY = ("application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1, "
+                 "application/json")
+"""An Accept header asking for only the object's metadata in a write's answer (a
+``PartialObjectMetadata``; a server that cannot convert sends the object): for a write
+whose caller needs the new resourceVersion, not the whole object back."""
+
+
 class Api:
     """JSON requests to the API server over an ApiClient's connections; errors are
     `ApiError` (an ApiException whose message is one line: code, reason and the Status
@@ -176,14 +183,17 @@ class Api:
         stream: bool = False,
         accept: str | None = None,
         headers: Mapping[str, str] | None = None,
+        decode: bool = True,
     ) -> Any:
         """Send one request; the decoded JSON answer, or the raw response when `stream`.
 
-        `accept` asks for another representation (e.g. ``application/json;as=
-        PartialObjectMetadataList;g=meta.k8s.io;v=v1``); `headers` are sent as well,
-        overriding ours. A non-2xx answer raises ApiError (status, reason, body as
-        str, headers); a TLS failure raises ApiError with status 0; connection
-        errors and timeouts are urllib3's exceptions, as the generated client's are.
+        `accept` asks for another representation (e.g. `METADATA_ONLY`); `headers` are
+        sent as well, overriding ours. With ``decode=False`` the answer is read (so the
+        connection goes back to the pool) but not decoded, and None returned: for a
+        write whose answer nobody reads. A non-2xx answer raises ApiError (status,
+        reason, body as str, headers); a TLS failure raises ApiError with status 0;
+        connection errors and timeouts are urllib3's exceptions, as the generated
+        client's are.
         """
         try:
             response = self._transport.send(
@@ -196,7 +206,7 @@ class Api:
         if stream:
             return response
         data = response.data
-        return json.loads(data) if data else None
+        return json.loads(data) if data and decode else None
 
     def get(self, path: str, **query: Any) -> Any:
         return self.request("GET", path, query=query)

@@ -35,6 +35,7 @@ does not reconcile in a loop.
 
 from __future__ import annotations
 
+import copy
 import logging
 import random
 import threading
@@ -46,7 +47,7 @@ from typing import Any, Generic, TypeVar
 from kubernetes.client.exceptions import ApiException
 
 from operator_kit import logs, metrics
-from operator_kit.client import Api, Resource, error_message, throttle_delay
+from operator_kit.client import METADATA_ONLY, Api, Resource, error_message, throttle_delay
 from operator_kit.context import Context
 from operator_kit.events import EventRecorder
 from operator_kit.filters import Filter, deletion_started, spec_changed
@@ -680,7 +681,7 @@ class ControllerRunner:
         try:
             self.api.request("PATCH", path, body={"metadata": {
                 "finalizers": left or None, "resourceVersion": meta.get("resourceVersion")}},
-                content_type="application/merge-patch+json")
+                content_type="application/merge-patch+json", decode=False)
         except ApiException as failure:
             if failure.status == 409:
                 raise _Conflict() from failure
@@ -720,22 +721,30 @@ class ControllerRunner:
         return self._reconcile(obj)
 
     def _set_finalizers(self, obj: CustomResource, finalizers: list[str]) -> CustomResource:
-        """Write the finalizer list only if the object is still the version we read."""
+        """Write the finalizer list only if the object is still the version we read.
+
+        The patch carries that version, so what the API server made is `obj` with the
+        new metadata: only the metadata is asked back (`METADATA_ONLY`), not the whole
+        object to decode again."""
         resource = resource_of(type(obj))
         try:
-            updated = self.own_primary_writes.write(
+            answer = self.own_primary_writes.write(
                 obj.namespace or "", obj.name, lambda: self.api.request(
                     "PATCH", resource.path(obj.namespace, obj.name),
                     body={"metadata": {"finalizers": finalizers or None,
                                        "resourceVersion": obj.resource_version}},
-                    content_type="application/merge-patch+json"))
+                    content_type="application/merge-patch+json", accept=METADATA_ONLY))
         except ApiException as err:
             if err.status == 409:
                 raise _Conflict() from err
             if err.status == 404 and not finalizers:
                 return obj  # already gone
             raise
-        return type(obj).from_dict(updated)
+        updated = copy.copy(obj)
+        metadata = dict(answer.get("metadata") or {})
+        metadata.pop("managedFields", None)  # as the cache holds it (watching.py)
+        updated.metadata = metadata
+        return updated
 
 
 def _checked(result: object) -> Action | None:

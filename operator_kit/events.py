@@ -57,7 +57,8 @@ class EventRecorder:
         }
         try:
             try:
-                self.api.request("POST", path, body=body)
+                # Nobody reads the answer: it is not decoded (nor, on 409, the Status).
+                self.api.request("POST", path, body=body, decode=False)
             except ApiException as err:
                 if err.status != 409:
                     raise
@@ -66,7 +67,7 @@ class EventRecorder:
                     "PATCH", f"{path}/{name}",
                     body={"count": int(existing.get("count") or 1) + 1, "lastTimestamp": now,
                           "metadata": {"resourceVersion": existing["metadata"]["resourceVersion"]}},
-                    content_type="application/merge-patch+json")
+                    content_type="application/merge-patch+json", decode=False)
         except ApiException as err:
             # Events are best effort: failing to record one must not fail a reconcile.
             log.warning("could not record event %s on %s/%s: %s %s",

@@ -266,3 +266,8 @@ def stop_process(process: subprocess.Popen[Any], timeout: float = 30.0) -> int:
             process.kill()
             process.wait()
     return process.returncode
+
+
+# Helpers built on the rest of operator_kit (imported last: they use the names above).
+from operator_kit.testing.admission import admission_review as admission_review  # noqa: E402
+from operator_kit.testing.reconciling import reconcile_once as reconcile_once  # noqa: E402

@@ -160,7 +160,10 @@ class LocalDeployment:
                 self.cluster.api.apply(doc, field_manager=FIELD_MANAGER)
 
     def delete(self) -> None:
-        """Remove the cluster-scoped documents (the namespace goes with `delete_namespace`)."""
+        """Remove the cluster-scoped documents (the namespace goes with its own deletion).
+
+        Those include the CRDs: deleting one deletes every object of its kind, in every
+        namespace of the cluster."""
         for doc in reversed(self.documents):
             if doc["metadata"].get("namespace") or doc["kind"] == "Namespace":
                 continue

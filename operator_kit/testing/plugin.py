@@ -23,8 +23,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(scope="session")
 def cluster() -> TestCluster:
-    """The cluster in ``OPERATOR_KIT_TEST_KUBECONFIG`` for the session; skips the test without one,
-    or fails it when ``OPERATOR_KIT_TEST_REQUIRE_KUBERNETES`` is set."""
+    """The test cluster (a `TestCluster`) named by OPERATOR_KIT_TEST_KUBECONFIG, for the
+    whole session: `.api` for requests, `.install_crd(Kind)`, `.namespace(prefix)`.
+
+    Without one the test is skipped — or fails, when OPERATOR_KIT_TEST_REQUIRE_KUBERNETES
+    is set (as in CI). Start one with ``python -m operator_kit.localcluster up``. Never
+    point it at a cluster that matters: tests create and delete namespaces and CRDs."""
     try:
         return TestCluster.from_env()
     except NoTestCluster as err:
@@ -38,7 +42,9 @@ def cluster() -> TestCluster:
 
 @pytest.fixture
 def namespace(cluster: TestCluster, request: pytest.FixtureRequest) -> Iterator[Namespace]:
-    """A fresh namespace named after the test, deleted after it."""
+    """A fresh namespace for this test (a `Namespace`: `.name`, `.apply`, `.get`,
+    `.list`), named after the test and labelled ``operator-kit-test=true``; deleted
+    afterwards (without waiting for it to go)."""
     prefix = request.node.name.removeprefix("test_").replace("_", "-")[:40].strip("-").lower()
     ns = cluster.namespace(prefix or "test")
     yield ns

@@ -90,6 +90,7 @@ class WidgetController(Controller[Widget]):
 
 @pytest.fixture(scope="session")
 def widget_kind(cluster: TestCluster) -> type[Widget]:
+    """The tests' Widget CRD, installed once per session."""
     cluster.install_crd(Widget)
     return Widget
 

@@ -282,3 +282,64 @@ def test_patch_status_of_a_kind_without_status_is_a_type_error_before_any_reques
     with pytest.raises(TypeError, match="Gadget declares no status"):
         ctx.patch_status(gadget, {"x": 1})
     assert sent == []
+
+
+# -- a label storm: reconciles that change nothing write no status ------------------------------
+
+def settled(recorder: Recorder, quiet: float = 1.5) -> int:
+    """Wait until nothing has been reconciled for `quiet` seconds; the total count then."""
+    while True:
+        count = len(recorder.calls)
+        time.sleep(quiet)
+        if len(recorder.calls) == count:
+            return count
+
+
+def test_a_label_storm_over_reconciled_objects_writes_no_status_and_no_event(
+        cluster: TestCluster, namespace: Namespace, run_operator: Any) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from operator_kit.client import request_counts
+
+    from .conftest import WidgetController
+
+    count = 200
+    controller = WidgetController(namespace.name)
+    controller.max_concurrent_reconciles = 4
+    run_operator(controller)
+    names = [f"w{i:03}" for i in range(count)]
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda n: create_widget(namespace, n), names))
+
+        def all_observed() -> bool:
+            items = namespace.list(Widget.api_version(), Widget.kind)
+            return len(items) == count and all(
+                (item.get("status") or {}).get("observed_generation") == 1 for item in items)
+
+        eventually(120, all_observed, message="every widget reconciled, its status written")
+        settled(controller.recorder)
+        before = request_counts()
+        reconciled = {name: controller.recorder.count(name) for name in names}
+        list(pool.map(lambda n: namespace.api.request(
+            "PATCH", widget_path(namespace, n), body={"metadata": {"labels": {"storm": "1"}}},
+            content_type="application/merge-patch+json"), names))
+        eventually(60, lambda: all(controller.recorder.count(n) > reconciled[n] for n in names),
+                   message="every relabelled widget reconciled again")
+        settled(controller.recorder)
+    sent = request_counts() - before
+    storm_reconciles = sum(controller.recorder.count(n) - reconciled[n] for n in names)
+    prefix = f"/api/v1/namespaces/{namespace.name}"
+    status_writes = sum(n for (verb, path), n in sent.items()
+                        if verb != "GET" and path.endswith("/status"))
+    applies = sum(n for (verb, path), n in sent.items()
+                  if verb == "PATCH" and path.startswith(f"{prefix}/configmaps/"))
+    event_writes = sum(n for (verb, path), n in sent.items()
+                       if verb != "GET" and path.startswith(f"{prefix}/events"))
+    assert storm_reconciles >= count
+    assert status_writes == 0, f"status writes that changed nothing: {sent}"
+    assert event_writes == 0, f"Events during a storm that failed nothing: {sent}"
+    # The owned ConfigMap's server-side apply is still sent once per reconcile (it
+    # changes nothing, so no watch event follows and nothing reconciles again).
+    assert applies == storm_reconciles, (applies, storm_reconciles)
+    print(f"\nlabel storm: {count} relabels -> {storm_reconciles} reconciles, "
+          f"{status_writes} status writes, {applies} applies")

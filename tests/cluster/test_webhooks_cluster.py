@@ -104,6 +104,18 @@ def mutate(gadget: Gadget, request: AdmissionRequest[Gadget]) -> Gadget:
     return gadget
 
 
+CAPTURE_ENV = "OKWH_CAPTURE_DIR"
+
+
+@webhooks.validate(Gadget, "/capture")
+def capture(request: AdmissionRequest[Gadget]) -> None:
+    """Keep each review the API server sends, as sent, for the builder's test."""
+    dry = "-dry" if request.dry_run else ""
+    folder = Path(os.environ[CAPTURE_ENV])
+    (folder / f"{request.operation}-{request.name}{dry}.json").write_text(
+        json.dumps(request.raw))
+
+
 @webhooks.convert("/convert")
 def convert(obj: dict[str, Any], desired_api_version: str) -> dict[str, Any]:
     spec = obj.get("spec", {})
@@ -129,6 +141,8 @@ class Gunicorn:
     def __init__(self, cert: WebhookCertificate, directory: Path) -> None:
         self.port = free_port()
         self.directory = directory
+        self.captured = directory / "captured"
+        self.captured.mkdir()
         with pytest.MonkeyPatch.context() as mp:  # install() points *this* process's env too
             mp.delenv("OPERATOR_KIT_TLS_CERT", raising=False)
             mp.delenv("OPERATOR_KIT_TLS_KEY", raising=False)
@@ -138,6 +152,7 @@ class Gunicorn:
             "OPERATOR_KIT_APP": f"{__name__}:webhooks",
             "OPERATOR_KIT_TLS_DIR": str(directory),
             "OPERATOR_KIT_BIND": f"127.0.0.1:{self.port}",
+            CAPTURE_ENV: str(self.captured),
             "PYTHONPATH": os.pathsep.join(sys.path),
         }
         env.pop("OPERATOR_KIT_TLS_CERT", None)
@@ -204,6 +219,7 @@ def webhook(
     scenario: str,
     fail_closed: bool = True,
     ca_bundle: bytes | None = None,
+    operations: tuple[str, ...] = ("CREATE", "UPDATE"),
 ) -> dict[str, Any]:
     client_config: dict[str, Any] = {
         "service": {"name": service, "namespace": namespace, "path": path, "port": port}
@@ -217,7 +233,7 @@ def webhook(
             {
                 "apiGroups": [GROUP],
                 "apiVersions": ["v1"],
-                "operations": ["CREATE", "UPDATE"],
+                "operations": list(operations),
                 "resources": [Gadget.plural],
                 "scope": "Namespaced",
             }
@@ -315,6 +331,8 @@ def setup(cluster: TestCluster) -> Iterator[Setup]:
                 [
                     webhook(f"validate.{GROUP}", path="/validate", scenario="admission", **hook),
                     webhook(f"unused.{GROUP}", path="/validate", scenario="none", **hook),
+                    webhook(f"capture.{GROUP}", path="/capture", scenario="capture",
+                            operations=("CREATE", "UPDATE", "DELETE"), **hook),
                 ],
             ),
         )
@@ -644,3 +662,34 @@ def test_bad_input_over_real_https_gets_its_4xx_and_the_server_keeps_serving(
         connection.close()
     assert setup.server.process.poll() is None
     assert "Traceback" not in setup.server.output()
+
+
+# ---------------------------------------------------------------------- the review builder
+
+
+def test_admission_review_builds_exactly_what_the_api_server_sends(setup: Setup) -> None:
+    from operator_kit.testing.admission import admission_review
+
+    ns, api = setup.ns, setup.ns.api
+    created = create_gadget(ns, "captured", scenario="capture")
+    created["spec"]["color"] = "blue"
+    api.request("PUT", f"{gadgets(ns.name)}/captured", body=created)
+    dry = Gadget("dry", GadgetSpec(size=2, color="red"), labels={SCENARIO: "capture"})
+    api.request("POST", gadgets(ns.name), body=dry.to_dict(), query={"dryRun": "All"})
+    api.request("DELETE", f"{gadgets(ns.name)}/captured")
+    folder = setup.server.captured
+    files = {"CREATE-captured.json", "UPDATE-captured.json", "CREATE-dry-dry.json",
+             "DELETE-captured.json"}
+    eventually(10, lambda: files <= {p.name for p in folder.iterdir()})
+    for file in sorted(files):
+        sent = json.loads((folder / file).read_text())
+        built = admission_review(sent["operation"], sent["object"], sent["oldObject"],
+                                 user_info=sent["userInfo"], dry_run=sent["dryRun"],
+                                 uid=sent["uid"])["request"]
+        assert built == sent, f"{file}: built {built}, the API server sent {sent}"
+    # The defaults are the local plane's admin, as the API server names it.
+    create = json.loads((folder / "CREATE-captured.json").read_text())
+    if Path(ns.cluster.kubeconfig).parent.joinpath("state.json").exists():
+        built = admission_review("CREATE", create["object"], uid=create["uid"])["request"]
+        user = {key: create["userInfo"][key] for key in ("username", "groups")}
+        assert built["userInfo"] == user  # (less the client certificate's id in `extra`)
