@@ -27,10 +27,13 @@ How one request flows (`Webhooks._view`):
    of at most ``max_body_bytes`` for an admission review, ``max_conversion_body_bytes``
    for a conversion review (413 beyond them).
 2. *Review checks*: the body is JSON, an object, the expected apiVersion and kind of
-   review, with a ``request`` that has a ``uid``; admission objects parse as the
-   registered kind (`CustomResource.from_dict`). Any failure is *bad input*: a 4xx with
+   review, with a ``request`` that has a ``uid``. Any failure is *bad input*: a 4xx with
    ``{"error": "<what was wrong>"}`` — never a 500 or a traceback. The API server then
-   applies the webhook's failurePolicy.
+   applies the webhook's failurePolicy. An admission object that does not decode as the
+   registered kind (`CustomResource.from_dict`) is the object's fault, not the call's:
+   it is denied with code 422 and the decoder's message (mutating webhooks run before
+   the API server checks the schema, so this is often the first check it meets); an old
+   object that does not decode stays a 400.
 3. *The handler* runs. Returning allows; `Denied` denies with its message (kubectl shows
    it); any other exception is a bug in the handler: its traceback goes to the
    ``operator_kit.webhooks`` logger and the API server gets a generic denial that names
@@ -165,6 +168,15 @@ class _BadInput(Exception):
         super().__init__(message)
         self.message = message
         self.status = status
+
+
+class _InvalidObject(_BadInput):
+    """request.object does not decode as the kind: an answer, not a failed call.
+
+    The API server calls mutating webhooks before it checks the CRD schema, so such an
+    object (a value outside a Literal's choices, say) reaches us first; a 400 would show
+    the client only "failed calling webhook ... for an unknown reason". A denial with
+    code 422 shows it what is wrong with the object instead."""
 
 
 class Webhooks(flask.Flask):
@@ -317,7 +329,13 @@ class Webhooks(flask.Flask):
             in_flight.inc()
             try:
                 review = self._read_review(api_version, review_kind, limit)
-                body, outcome = answer(review)
+                try:
+                    body, outcome = answer(review)
+                except _InvalidObject as invalid:
+                    logger.info("webhook %s: denied: %s", path, invalid.message)
+                    body, outcome = _review(ADMISSION_API_VERSION, "AdmissionReview", {
+                        "uid": review["request"]["uid"], **_denial(invalid.message, 422)}), \
+                        "denied"
                 code = 200
                 return _json(body, 200)
             except _BadInput as bad:
@@ -432,7 +450,10 @@ def _typed(kind: type[K], value: Any, where: str) -> K | None:
     try:
         return kind.from_dict(value)
     except InvalidResource as err:
-        raise _BadInput(f"{where} is not a valid {kind.__name__}: {err}") from None
+        message = f"{where} is not a valid {kind.__name__}: {err}"
+        if where == "request.object":
+            raise _InvalidObject(message) from None
+        raise _BadInput(message) from None
 
 
 def _mapping(raw: Mapping[str, Any], key: str) -> dict[str, Any]:
@@ -451,10 +472,11 @@ def _admission_answer(request: AdmissionRequest[Any], response: dict[str, Any]) 
     return _review(ADMISSION_API_VERSION, "AdmissionReview", out)
 
 
-def _denial(message: str) -> dict[str, Any]:
+def _denial(message: str, code: int = 403) -> dict[str, Any]:
+    reason = "Forbidden" if code == 403 else "Invalid"
     return {
         "allowed": False,
-        "status": {"status": "Failure", "code": 403, "reason": "Forbidden", "message": message},
+        "status": {"status": "Failure", "code": code, "reason": reason, "message": message},
     }
 
 

@@ -401,6 +401,23 @@ def test_a_mutated_create_comes_back_with_the_label(setup: Setup) -> None:
     assert stored is not None and stored["metadata"]["labels"][MUTATED] == "true"
 
 
+def test_an_object_that_does_not_decode_is_refused_with_what_is_wrong_with_it(
+        setup: Setup) -> None:
+    # The API server calls mutating webhooks before it checks the schema, so the webhook
+    # is the first to see a wrongly typed field: the client reads what is wrong, not
+    # "failed calling webhook ... for an unknown reason".
+    body = Gadget("mistyped", GadgetSpec(size=1), labels={SCENARIO: "admission"}).to_dict()
+    body["spec"]["size"] = "big"
+    with pytest.raises(ApiException) as failure:
+        setup.ns.api.request("POST", gadgets(setup.ns.name), body=body)
+    assert failure.value.status == 422
+    message = json.loads(failure.value.body)["message"]
+    assert message.startswith(f'admission webhook "mutate.{GROUP}" denied the request: '
+                              "request.object is not a valid Gadget: "), message
+    assert "spec.size: expected int" in message
+    assert setup.ns.get(Gadget.api_version(), "Gadget", "mistyped") is None
+
+
 def test_an_update_goes_through_the_webhooks_too(setup: Setup) -> None:
     created = create_gadget(setup.ns, "updated", scenario="admission")
     created["spec"]["color"] = ""

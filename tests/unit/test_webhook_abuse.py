@@ -305,10 +305,19 @@ def p99(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
 
 
+def denial_code(body: bytes) -> int:
+    """The code of an AdmissionReview that denies (an object that does not decode is
+    answered with a denial saying why, code 422); 200 for anything else."""
+    denied = re.search(rb'"allowed":\s*false', body) and re.search(rb'"code":\s*422', body)
+    return 422 if denied else 200
+
+
 def abuse(server: Server, flood: Flood, rounds: int, lock: threading.Lock) -> None:
     for _ in range(rounds):
         for category, raw, close_early in BAD_REQUESTS:
             status, body = send_bad(server, raw, close_early)
+            if status == 200 and category == "bad_object":
+                status = denial_code(body)
             with lock:
                 flood.statuses[category, status] += 1
                 looks_bad = (status is not None and status >= 500) or b"Traceback" in body

@@ -598,15 +598,6 @@ BAD_INPUT = [
         "request.operation is missing",
     ),
     (
-        "an object that does not parse",
-        "POST",
-        "/validate",
-        _body(admission(widget({"schedule": "x", "retain": "many"}))),
-        "application/json",
-        400,
-        "request.object is not a valid Widget: Widget team-a/w1: spec.retain: expected int",
-    ),
-    (
         "an old object that does not parse",
         "POST",
         "/mutate",
@@ -682,6 +673,24 @@ def test_bad_input_gets_a_4xx_with_a_json_error_saying_what_was_wrong(
         assert response.headers["Allow"] == "POST"
     # ... and the server keeps serving
     assert post(http, path, admission(widget()) if path != "/convert" else conversion([]))
+
+
+@pytest.mark.parametrize("path", ["/validate", "/mutate"])
+def test_an_object_that_does_not_decode_is_denied_with_what_is_wrong(
+    http: FlaskClient, path: str
+) -> None:
+    # Mutating webhooks run before the API server checks the schema: the client must see
+    # the object's fault (as kubectl shows a denial), not "failed calling webhook".
+    before = requests_total(path, "denied")
+    response = http.post(path, data=_body(admission(widget({"schedule": "x", "retain": "many"}))),
+                         headers={"Content-Type": "application/json"})
+    assert response.status_code == 200
+    answer = response.get_json()["response"]
+    assert answer["allowed"] is False
+    assert answer["status"]["code"] == 422 and answer["status"]["reason"] == "Invalid"
+    assert answer["status"]["message"].startswith(
+        "request.object is not a valid Widget: Widget team-a/w1: spec.retain: expected int")
+    assert requests_total(path, "denied") == before + 1
 
 
 def test_a_chunked_body_over_the_limit_is_refused(http: FlaskClient) -> None:
