@@ -17,6 +17,7 @@ from operator_kit.leader import LeaderElection
 from operator_kit.operator import Operator
 from operator_kit.rbac import Rule
 from operator_kit.resources import CustomResource, InvalidResource, PrinterColumn
+from operator_kit.sharding import Sharding
 from operator_kit.validation import (
     CelRule,
     ExclusiveMaximum,
@@ -71,6 +72,7 @@ __all__ = [
     "Pattern",
     "PrinterColumn",
     "Rule",
+    "Sharding",
     "UniqueItems",
     "Watch",
     "cel_rules",

@@ -41,8 +41,11 @@ class Context:
 
     def __init__(self, api: Api, *, field_manager: str, recorder: EventRecorder,
                  controller: str, objects: Objects | None = None,
-                 own_writes: OwnWrites | None = None, namespace: str | None = None) -> None:
+                 own_writes: OwnWrites | None = None, namespace: str | None = None,
+                 shard_label: str | None = None) -> None:
         self.api = api
+        self.shard_label = shard_label
+        """A shard member's assignment label: children get their owner's (sharding.py)."""
         self.client: client.ApiClient = api.client
         self.field_manager = field_manager
         self.controller = controller
@@ -58,7 +61,8 @@ class Context:
         """A context for one reconcile of `obj`: its own read-your-writes journal."""
         return Context(self.api, field_manager=self.field_manager, recorder=self._recorder,
                        controller=self.controller, objects=self.objects.session(),
-                       own_writes=self._own_writes, namespace=obj.namespace)
+                       own_writes=self._own_writes, namespace=obj.namespace,
+                       shard_label=self.shard_label)
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -170,6 +174,9 @@ class Context:
         if resource.namespaced and not meta.get("namespace"):
             meta["namespace"] = owner.namespace
         meta["ownerReferences"] = [owner_reference(owner)]
+        shard = owner.labels.get(self.shard_label) if self.shard_label else None
+        if shard:  # children follow their owner to its member
+            meta["labels"] = {**(meta.get("labels") or {}), str(self.shard_label): shard}
         body["metadata"] = meta
         return body
 

@@ -58,6 +58,7 @@ from operator_kit.own_writes import OwnWrites
 from operator_kit.queueing import Backoff, WorkQueue
 from operator_kit.rbac import Rule
 from operator_kit.resources import CustomResource, InvalidResource
+from operator_kit.sharding import ShardScope
 from operator_kit.watching import Informer, Informers, Key, WatchEvent
 
 log = logging.getLogger("operator_kit.controller")
@@ -269,8 +270,11 @@ class ControllerRunner:
     def __init__(self, controller: Controller[Any], api: Api, *, field_manager: str,
                  recorder: EventRecorder, stop: threading.Event,
                  informers: Informers, objects: Objects | None = None,
-                 may_reconcile: Callable[[], bool] = lambda: True) -> None:
+                 may_reconcile: Callable[[], bool] = lambda: True,
+                 shard: ShardScope | None = None) -> None:
         self.controller = controller
+        # A shard member's runner watches only the objects labelled with its identity.
+        self.shard = shard
         self.may_reconcile = may_reconcile
         self.api = api
         self.name = controller.name
@@ -287,12 +291,14 @@ class ControllerRunner:
         self.own_primary_writes = OwnWrites(self._enqueue_primary)
         self.context = Context(api, field_manager=field_manager, recorder=recorder,
                                controller=self.name, objects=self.objects,
-                               own_writes=self.own_writes)
+                               own_writes=self.own_writes,
+                               shard_label=shard.label if shard else None)
         kind = controller.resource
         namespace = controller.namespace
         self.primary: Informer = informers.informer(
-            resource_of(kind), namespace=namespace, label_selector=controller.label_selector,
-            field_selector=controller.field_selector)
+            resource_of(kind), namespace=namespace,
+            label_selector=shard.selector(controller.label_selector) if shard
+            else controller.label_selector, field_selector=controller.field_selector)
         self._primary_filters = tuple(controller.filters if controller.filters is not None
                                       else (spec_changed,))
         # (informer, handler) for each owned and watched kind
@@ -301,6 +307,7 @@ class ControllerRunner:
             resource = self._resource(owned.kind, "owns")
             informer = informers.informer(resource,
                                           namespace=namespace if resource.namespaced else None,
+                                          label_selector=shard.selector() if shard else None,
                                           metadata_only=owned.metadata_only)
             self._sources.append((informer, self._owned_handler(tuple(owned.filters))))
         for watch in controller.watches:
@@ -366,8 +373,10 @@ class ControllerRunner:
         self._enqueue_primary(event)
 
     def _enqueue_primary(self, event: WatchEvent) -> None:
-        # Deletion always passes: the finalizer must run, and a gone key be forgotten.
-        if deletion_started(event) or self._passes(self._primary_filters, event,
+        # Deletion always passes: the finalizer must run, and a gone key be forgotten;
+        # so does a shard member's drain request (a label only).
+        if deletion_started(event) or (self.shard is not None and self.shard.draining(
+                event.object)) or self._passes(self._primary_filters, event,
                                                    str(self.primary.resource)):
             meta = event.object["metadata"]
             self.enqueue((meta.get("namespace") or "", meta["name"]))
@@ -566,8 +575,11 @@ class ControllerRunner:
 
     def _process(self, key: Key) -> None:
         raw = self.primary.get(key)
-        if raw is None:  # deleted and gone: nothing to reconcile
+        if raw is None:  # deleted and gone (or not ours): nothing to reconcile
             self.queue.forget(key)
+            return
+        if self.shard is not None and self.shard.draining(raw):
+            self._let_go(key, raw)
             return
         kind = self.controller.resource
         try:
@@ -633,6 +645,24 @@ class ControllerRunner:
         self.queue.forget(key)
         if action is not None and action.requeue_after is not None:
             self.enqueue(key, action.requeue_after)
+
+    def _let_go(self, key: Key, raw: dict[str, Any]) -> None:
+        """The sharder moves this object to another member: instead of reconciling it,
+        remove its labels (if it is still the version seen) and forget it. It runs from
+        the queue, so no reconcile of the key is in flight (operator_kit.sharding)."""
+        shard = self.shard
+        assert shard is not None
+        try:
+            shard.let_go(self.api, self.primary.resource.path(key[0] or None, key[1]), raw)
+        except ApiException as err:
+            if err.status == 409:
+                self.enqueue(key, 0.2)  # changed meanwhile: look at it again
+                return
+            if err.status != 404:
+                raise
+        log.info("%s: let go of %s: the sharder moves it to another member", self.name,
+                 _describe(key))
+        self.queue.forget(key)
 
     def _failed(self, key: Key, obj: CustomResource, err: Exception) -> None:
         """A failed reconcile: count it, back off, say so in the log and on the object."""

@@ -61,7 +61,7 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -168,7 +168,9 @@ class LeaderElector:
     `is_leader` has turned False. They may overlap if a start is still running when the
     Lease is lost. With ``release_on_stop=False`` `run` leaves the Lease held when
     stopped, for the owner to `release` later (or let expire). `wait` replaces the
-    sleeping between attempts (tests pair it with a fake `clock`).
+    sleeping between attempts (tests pair it with a fake `clock`). ``lease_labels`` go
+    on the Lease it creates; ``gauge`` (anything with ``set``) replaces the leader gauges
+    (a member Lease of `operator_kit.sharding` is not the operator's leadership).
     """
 
     def __init__(
@@ -184,6 +186,8 @@ class LeaderElector:
         clock: Callable[[], float] = time.monotonic,
         release_on_stop: bool = True,
         wait: Wait = _event_wait,
+        lease_labels: Mapping[str, str] | None = None,
+        gauge: Any = None,
     ) -> None:
         self._api = api
         self.config = config
@@ -191,8 +195,9 @@ class LeaderElector:
         self._name = name
         self._operator = operator
         # operator_kit_leader{operator} and client-go's leader_election_master_status{name}
-        self._gauge = metrics.Both(metrics.LEADER.labels(operator),
-                                   metrics.LEADER_MASTER.labels(name))
+        self._gauge = gauge if gauge is not None else metrics.Both(
+            metrics.LEADER.labels(operator), metrics.LEADER_MASTER.labels(name))
+        self._lease_labels = dict(lease_labels or {})  # put on the Lease when created
         self._identity = config.identity or default_identity()
         self._on_started = on_started_leading
         self._on_stopped = on_stopped_leading
@@ -435,9 +440,11 @@ class LeaderElector:
         return _Attempt(_Outcome.OK)
 
     def _create(self, record: dict[str, Any], now: float, deadline: float) -> _Attempt:
-        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                "metadata": {"name": self._name, "namespace": self._namespace},
+        meta: dict[str, Any] = {"name": self._name, "namespace": self._namespace}
+        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta,
                 "spec": record}
+        if self._lease_labels:
+            meta["labels"] = self._lease_labels
         try:
             written = self._request("POST", self._path.rpartition("/")[0], body, deadline)
         except ApiException as err:

@@ -252,6 +252,33 @@ LEADER_MASTER = Gauge(
     ["name"],
 )
 
+# -- sharding (operator_kit.sharding) -------------------------------------------------
+SHARD_MEMBER = Gauge(
+    "operator_kit_shard_member",
+    "1 while this replica holds its member Lease (sharding), else 0.",
+    ["operator"],
+)
+SHARD_MEMBERS = Gauge(
+    "operator_kit_shard_members",
+    "Alive members, as the sharder (on the leader) sees them.",
+    ["operator"],
+)
+SHARD_OBJECTS = Gauge(
+    "operator_kit_shard_objects",
+    "Objects of the sharded kinds assigned to each member, as the sharder sees them.",
+    ["operator", "member"],
+)
+SHARD_MOVES = Counter(
+    "operator_kit_shard_moves_total",
+    "Objects the sharder gave to a member other than the one they were assigned to.",
+    ["operator"],
+)
+SHARD_DRAINS = Counter(
+    "operator_kit_shard_drains_total",
+    "Objects this member let go of when the sharder asked (the drain handshake).",
+    ["operator"],
+)
+
 # -- webhooks --------------------------------------------------------------------------
 WEBHOOK_REQUESTS = Counter(
     "operator_kit_webhook_requests",

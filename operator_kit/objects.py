@@ -53,17 +53,20 @@ class Objects:
     docstring for which reads come from the cache."""
 
     def __init__(self, api: Api, informers: Informers | None = None, *,
-                 field_manager: str = "operator-kit") -> None:
+                 field_manager: str = "operator-kit", shard_selector: str | None = None) -> None:
         self.api = api
         self.informers = informers
         self.field_manager = field_manager
+        # A shard member's: its owned caches select this label, and hold all it owns.
+        self.shard_selector = shard_selector
         # What this session wrote: (resource, key) -> the object the API returned,
         # or _GONE; `session()` starts an empty one for each reconcile.
         self._journal: dict[tuple[Resource, Key], dict[str, Any]] = {}
 
     def session(self) -> Objects:
         """The same client with a journal of its own (one per reconcile)."""
-        return Objects(self.api, self.informers, field_manager=self.field_manager)
+        return Objects(self.api, self.informers, field_manager=self.field_manager,
+                       shard_selector=self.shard_selector)
 
     # -- kinds -----------------------------------------------------------------------------
 
@@ -140,9 +143,12 @@ class Objects:
         resource = self.resource(spec)
         namespace = (owner.namespace if isinstance(owner, CustomResource)
                      else owner.get("metadata", {}).get("namespace"))
-        informers = [i for i in (self.informers.of(resource) if self.informers else [])
-                     if i.covers(namespace if resource.namespaced else None,
-                                 metadata=True)]
+        where = namespace if resource.namespaced else None
+        candidates = self.informers.of(resource) if self.informers else []
+        informers = [i for i in candidates if self.shard_selector is not None
+                     and i.label_selector == self.shard_selector and not i.field_selector
+                     and (i.namespace is None or i.namespace == where)]
+        informers += [i for i in candidates if i.covers(where, metadata=True)]
         if not informers:
             raise LookupError(f"owned(…, {spec}): this operator does not cache every {spec} "
                               "there; name it in the controller's `owns`")

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from kubernetes import client
 
-from operator_kit import leader
+from operator_kit import leader, sharding
 from operator_kit.client import Api, api_client, current_namespace
 from operator_kit.controller import Controller, ControllerRunner
 from operator_kit.events import EventRecorder
@@ -35,6 +35,7 @@ from operator_kit.leader import LeaderElection, LeaderElector
 from operator_kit.objects import Objects
 from operator_kit.rbac import Rule, merge_rules
 from operator_kit.resources import CustomResource
+from operator_kit.sharding import Membership, Sharder, Sharding
 from operator_kit.watching import Informers
 
 if TYPE_CHECKING:
@@ -59,11 +60,19 @@ class Operator:
         watch_stall_timeout: float = 90.0,
         exit_on_lost_lease: bool = True,
         webhook_certificate: ExternalCertificate | None = None,
+        sharding: Sharding | None = None,
     ) -> None:
+        if sharding is not None and leader_election is None:
+            raise ValueError("Operator sharding needs leader_election too: the elected "
+                             "replica assigns the objects to members; pass "
+                             "leader_election=LeaderElection()")
         self.name = name
         # None: the replicas keep their own certificate (operator_kit.certkeeper).
         self.webhook_certificate = webhook_certificate
         self.leader_election = leader_election
+        self.sharding = sharding
+        self._membership: Membership | None = None
+        self._sharder: Sharder | None = None
         self._namespace = namespace
         self.exit_on_lost_lease = exit_on_lost_lease
         self.lost_lease = False
@@ -136,6 +145,8 @@ class Operator:
             rules.extend(controller.required_rules())
         if self.leader_election is not None:
             rules += leader.rules(self.leader_election.lease_name or self.name)
+        if self.sharding is not None:
+            rules += sharding.rules()  # patch, list and watch on the kinds: derived above
         if external_certificate is None:
             external_certificate = self.webhook_certificate is not None
         rules.extend(self._webhook_rules(external_certificate))
@@ -299,6 +310,9 @@ class Operator:
             return False
         if self._tls_keeper is not None and not self._tls_keeper.ready():
             return False
+        if self._membership is not None:  # a member: its Lease held, its caches synced
+            return (self._membership.may_reconcile() and self._started
+                    and all(runner.synced() for runner in self._runners))
         if self._started:
             return all(runner.synced() for runner in self._runners)
         elector = self._elector
@@ -350,6 +364,8 @@ class Operator:
             return
         if self._elector is not None:
             return
+        if self.sharding is not None:
+            self._start_membership(self.sharding)
         config = self.leader_election
         self._elector = LeaderElector(
             self.api, config, namespace=config.namespace or self.namespace,
@@ -389,24 +405,86 @@ class Operator:
         log.critical("operator %s lost its lease: stopped reconciling", self.name)
 
     def _start_controllers(self) -> None:
+        """On the leader (or alone): the controllers that are not sharded, and the sharder."""
+        config = self.sharding
+        may_reconcile = self._elector.may_reconcile if self._elector else _always
+        self._run_controllers([c for c in self.controllers
+                               if config is None or not config.shards(c.name)], may_reconcile)
+        if config is not None:
+            with self._lock:
+                if self.stopping.is_set():
+                    return
+                self._sharder = sharding.Sharder(
+                    self.api, self.informers, config, operator=self.name,
+                    namespace=self.namespace, kinds=self._sharded_kinds(config),
+                    stop=self.stopping)
+                self._sharder.start()
+
+    def _run_controllers(self, controllers: Sequence[Controller[Any]],
+                         may_reconcile: Any, shard: sharding.ShardScope | None = None) -> None:
         with self._lock:
-            if self._started or self.stopping.is_set():
+            if self.stopping.is_set():
                 return
-            may_reconcile = self._elector.may_reconcile if self._elector else _always
             recorder = EventRecorder(self.api, self.name)
             informers = self.informers
-            objects = Objects(self.api, informers, field_manager=self.name)
-            for controller in self.controllers:
-                self._runners.append(ControllerRunner(
-                    controller, self.api, field_manager=self.name, recorder=recorder,
-                    stop=self.stopping, informers=informers, objects=objects,
-                    may_reconcile=may_reconcile))
+            objects = Objects(self.api, informers, field_manager=self.name,
+                              shard_selector=shard.selector() if shard else None)
+            runners = [ControllerRunner(
+                controller, self.api, field_manager=self.name, recorder=recorder,
+                stop=self.stopping, informers=informers, objects=objects,
+                may_reconcile=may_reconcile, shard=shard) for controller in controllers]
             informers.start()
-            for runner in self._runners:
+            for runner in runners:
                 runner.start()
+            self._runners += runners
             self._started = True
-        log.info("operator %s started %d controller(s): %s", self.name, len(self._runners),
-                 ", ".join(r.name for r in self._runners))
+        log.info("operator %s started %d controller(s)%s: %s", self.name, len(runners),
+                 f" as shard member {shard.identity}" if shard else "",
+                 ", ".join(r.name for r in runners))
+
+    # -- sharding --------------------------------------------------------------------------
+
+    def _start_membership(self, config: Sharding) -> None:
+        """Every replica is a member: once its member Lease is held it runs the sharded
+        controllers on the objects labelled with its identity."""
+        unknown = set(config.controllers or ()) - {c.name for c in self.controllers}
+        if unknown:
+            raise ValueError(f"Sharding controllers names {', '.join(sorted(unknown))}, which "
+                             f"operator {self.name} does not have; its controllers are "
+                             f"{', '.join(c.name for c in self.controllers)}")
+        sharded = [c for c in self.controllers if config.shards(c.name)]
+        membership: sharding.Membership
+
+        def joined() -> None:
+            scope = sharding.ShardScope(config.label_key(self.name),
+                                        config.drain_label_key(self.name),
+                                        membership.identity, self.name)
+            self._run_controllers(sharded, membership.may_reconcile, scope)
+
+        membership = sharding.Membership(self.api, config, operator=self.name,
+                                         namespace=self.namespace, on_joined=joined,
+                                         on_lost=self._lost_lease)
+        self._membership = membership
+        log.info("operator %s: joining as shard member %s (lease %s)", self.name,
+                 membership.identity, membership.election.lease_name)
+        membership.start()
+
+    @property
+    def membership(self) -> sharding.Membership | None:
+        """This replica's shard membership (None without sharding, or before start)."""
+        return self._membership
+
+    def _sharded_kinds(self, config: Sharding) -> list[sharding.ShardedKind]:
+        objects = Objects(self.api)
+        kinds = []
+        for controller in self.controllers:
+            if config.shards(controller.name):
+                kinds.append(sharding.ShardedKind(
+                    objects.resource(controller.resource), controller.namespace,
+                    controller.label_selector,
+                    [objects.resource(k.api_version + "/" + k.kind)
+                     for k in controller.owned_kinds()]))
+        return kinds
 
     @property
     def informers(self) -> Informers:
@@ -440,6 +518,8 @@ class Operator:
             clean &= runner.shut_down(max(0.0, deadline - time.monotonic()))
         if self._informers is not None:
             self._informers.join(deadline)
+        if self._sharder is not None:
+            self._sharder.join(max(0.1, deadline - time.monotonic()))
         if not clean:
             log.warning("operator %s: reconciles still running after %.0fs; exiting anyway",
                         self.name, bound)
@@ -448,6 +528,8 @@ class Operator:
         self._elector_stop.set()
         if self._elector_thread is not None:
             self._elector_thread.join(max(1.0, deadline - time.monotonic()))
+        if self._membership is not None:  # likewise: its objects go to others at once
+            self._membership.stop(deadline)
         log.info("operator %s stopped", self.name)
         return clean
 

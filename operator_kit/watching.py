@@ -441,7 +441,8 @@ class Informers:
             self._started = True
             informers = list(self._informers.values())
         for informer in informers:
-            informer.start()
+            if not informer.started:  # started before (a second group of controllers)
+                informer.start()
 
     def interrupt(self) -> None:
         for informer in self.values():
