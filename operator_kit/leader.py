@@ -316,7 +316,11 @@ class LeaderElector:
 
     def _renew(self, stop: threading.Event) -> None:
         retry, deadline_after = self.config.retry_period, self.config.renew_deadline
-        next_try = self._clock() + retry
+        with self._state:
+            first_deadline = self._renewed_at + deadline_after
+        # An acquire that took long (a slow start) leaves less than a retry period or two
+        # before the deadline: renew at once rather than lose without having tried.
+        next_try = min(self._clock() + retry, first_deadline - 2 * retry)
         why = "no renewal attempted"
         while True:
             with self._state:

@@ -35,7 +35,7 @@ from operator_kit.leader import LeaderElection, LeaderElector
 from operator_kit.objects import Objects
 from operator_kit.rbac import Rule, merge_rules
 from operator_kit.resources import CustomResource
-from operator_kit.sharding import Membership, Sharder, Sharding
+from operator_kit.sharding import Members, Membership, Sharder, Sharding
 from operator_kit.watching import Informers
 
 if TYPE_CHECKING:
@@ -73,6 +73,7 @@ class Operator:
         self.sharding = sharding
         self._membership: Membership | None = None
         self._sharder: Sharder | None = None
+        self._members: Members | None = None
         self._namespace = namespace
         self.exit_on_lost_lease = exit_on_lost_lease
         self.lost_lease = False
@@ -177,6 +178,8 @@ class Operator:
             workers = sum(c.max_concurrent_reconciles for c in self.controllers)
             watches = sum(1 + len(c.owns) + len(c.watches) for c in self.controllers)
             pool = max(8, workers + watches + 4)
+            if self.sharding is not None:  # the member Lease, its watch, the sharder's patches
+                pool += 12
             self._api = Api(api_client(self.kubeconfig, pool_size=pool))
         return self._api
 
@@ -412,11 +415,11 @@ class Operator:
                                if config is None or not config.shards(c.name)], may_reconcile)
         if config is not None:
             with self._lock:
-                if self.stopping.is_set():
+                if self.stopping.is_set() or self._members is None:
                     return
                 self._sharder = sharding.Sharder(
                     self.api, self.informers, config, operator=self.name,
-                    namespace=self.namespace, kinds=self._sharded_kinds(config),
+                    members=self._members, kinds=self._sharded_kinds(config),
                     stop=self.stopping)
                 self._sharder.start()
 
@@ -461,6 +464,9 @@ class Operator:
                                         membership.identity, self.name)
             self._run_controllers(sharded, membership.may_reconcile, scope)
 
+        self._members = sharding.Members(self.informers, operator=self.name,
+                                         namespace=self.namespace)
+        self._members.start()
         membership = sharding.Membership(self.api, config, operator=self.name,
                                          namespace=self.namespace, on_joined=joined,
                                          on_lost=self._lost_lease)

@@ -374,6 +374,58 @@ class _Seen:
     at: float
 
 
+class Members:
+    """Which members are alive, judged like a leader-election follower judges a Lease: a
+    member is alive until ``leaseDurationSeconds`` after this process last saw its Lease
+    change (its own clock; a fresh observer waits a full duration). Every member runs one,
+    from its start, so a member that becomes leader already knows how long each Lease
+    has been silent: a member that died with the old leader is taken over one lease
+    duration after its last renewal, not two."""
+
+    LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", True)
+
+    def __init__(self, informers: Informers, *, operator: str, namespace: str,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._informers = informers
+        self._clock = clock
+        self.informer = informers.informer(self.LEASES, namespace=namespace,
+                                           label_selector=f"{MEMBER_OF}={operator}")
+        self._seen: dict[str, _Seen] = {}
+        self._lock = threading.Lock()
+        self._listeners: list[Callable[[], None]] = []
+        self.informer.add_handler(self._on_lease)
+
+    def start(self) -> None:
+        self._informers.start()
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        self._listeners.append(listener)
+
+    def _on_lease(self, event: WatchEvent) -> None:
+        name = event.object["metadata"]["name"]
+        with self._lock:
+            if event.type == "DELETED":
+                self._seen.pop(name, None)
+            else:
+                spec = event.object.get("spec") or {}
+                holder = spec.get("holderIdentity") or ""
+                renewed = str(spec.get("renewTime") or "")
+                old = self._seen.get(name)
+                if old is None or (old.holder, old.renew_time) != (holder, renewed):
+                    self._seen[name] = _Seen(holder, renewed,
+                                             float(spec.get("leaseDurationSeconds") or 1),
+                                             self._clock())
+        for listener in list(self._listeners):
+            listener()
+
+    def alive(self) -> set[str]:
+        """The members whose Lease changed within its duration, by this process's clock."""
+        now = self._clock()
+        with self._lock:
+            return {s.holder for s in self._seen.values()
+                    if s.holder and now < s.at + s.duration}
+
+
 class Sharder:
     """Assigns the objects of the sharded kinds to the alive members (see the module
     docstring). One thread, ``sharder-<operator>``; patches go out a few at a time."""
@@ -382,19 +434,17 @@ class Sharder:
     """Seconds the sharder waits after an event for more, before it plans."""
 
     def __init__(self, api: Api, informers: Informers, config: Sharding, *, operator: str,
-                 namespace: str, kinds: Sequence[ShardedKind], stop: threading.Event,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 members: Members, kinds: Sequence[ShardedKind],
+                 stop: threading.Event) -> None:
         self._api = api
         self._config = config
         self._operator = operator
         self._label = config.label_key(operator)
         self._drain = config.drain_label_key(operator)
         self._stop = stop
-        self._clock = clock
         self._wake = threading.Event()
-        self._leases = informers.informer(
-            Resource("coordination.k8s.io", "v1", "leases", "Lease", True),
-            namespace=namespace, label_selector=f"{MEMBER_OF}={operator}")
+        self._members_seen = members
+        self._leases = members.informer
         self._primaries: list[tuple[Informer, ShardedKind]] = []
         self._children: list[Informer] = []
         self._resources: dict[str, Resource] = {}
@@ -414,8 +464,6 @@ class Sharder:
                     self._children.append(informers.informer(owned, namespace=where,
                                                              metadata_only=True))
                     self._resources[str(owned)] = owned
-        self._seen: dict[str, _Seen] = {}
-        self._seen_lock = threading.Lock()
         self._pending: dict[Ref, str] = {}  # patched at this resourceVersion, not yet seen
         self._last: dict[Ref, str] = {}  # the member an object was last seen with
         self._members = metrics.SHARD_MEMBERS.labels(operator)
@@ -424,7 +472,7 @@ class Sharder:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        self._leases.add_handler(self._on_lease)
+        self._members_seen.on_change(self._wake.set)
         for informer in [*(i for i, _ in self._primaries), *self._children]:
             informer.add_handler(self._on_object)
         self._thread = threading.Thread(target=self._run, name=f"sharder-{self._operator}",
@@ -440,31 +488,11 @@ class Sharder:
 
     # -- what it sees ----------------------------------------------------------------------
 
-    def _on_lease(self, event: WatchEvent) -> None:
-        name = event.object["metadata"]["name"]
-        with self._seen_lock:
-            if event.type == "DELETED":
-                self._seen.pop(name, None)
-            else:
-                spec = event.object.get("spec") or {}
-                holder = spec.get("holderIdentity") or ""
-                renewed = str(spec.get("renewTime") or "")
-                old = self._seen.get(name)
-                if old is None or (old.holder, old.renew_time) != (holder, renewed):
-                    self._seen[name] = _Seen(holder, renewed,
-                                             float(spec.get("leaseDurationSeconds") or 1),
-                                             self._clock())
-        self._wake.set()
-
     def _on_object(self, _event: WatchEvent) -> None:
         self._wake.set()
 
     def alive(self) -> set[str]:
-        """The members whose Lease changed within its duration, by this sharder's clock."""
-        now = self._clock()
-        with self._seen_lock:
-            return {s.holder for s in self._seen.values()
-                    if s.holder and now < s.at + s.duration}
+        return self._members_seen.alive()
 
     def snapshot(self) -> tuple[list[Placed], list[Placed]]:
         primaries = [self._placed(str(kind.resource), raw, None)

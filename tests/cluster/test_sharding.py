@@ -1,0 +1,297 @@
+"""Sharding with real member processes (tests/cluster/shard_member.py) on a real API server.
+
+Members append the start and end of every reconcile to one shared log; `overlaps` reads
+it and finds any two reconciles of the same key that ran at the same time. Timings are
+shortened (lease 4 s, renew deadline 3 s, retry 0.5 s), as in test_leader_election.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+from operator_kit.sharding import Ring, ring_key
+from operator_kit.testing import Namespace, TestCluster, eventually
+
+from .conftest import create_widget, widget_path
+from .shard_member import LABEL, OPERATOR
+
+pytestmark = pytest.mark.usefixtures("widget_kind")
+
+LEASE, DEADLINE, RETRY = 4.0, 3.0, 0.5
+ROOT = Path(__file__).resolve().parents[2]
+DRAIN = "drain." + LABEL
+
+
+class Member:
+    """A member process whose output is collected line by line."""
+
+    def __init__(self, ns: Namespace, kubeconfig: str, identity: str, log: Path,
+                 *args: str) -> None:
+        self.identity = identity
+        self.lines: list[str] = []
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.cluster.shard_member", ns.name, kubeconfig,
+             identity, str(log), "--lease-duration", str(LEASE), "--renew-deadline",
+             str(DEADLINE), "--retry-period", str(RETRY), *args],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert self.process.stdout is not None
+        self._reader = threading.Thread(target=self._read, args=(self.process.stdout,),
+                                        name=f"member-{identity}", daemon=True)
+        self._reader.start()
+
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            self.lines.append(line)
+
+    def cache(self) -> tuple[int, int] | None:
+        """(objects cached, of which not labelled ours) as last reported."""
+        for line in reversed(self.lines):
+            if line.startswith("cache "):
+                _, objects, foreign = line.split()
+                return int(objects), int(foreign)
+        return None
+
+    def output(self) -> str:
+        return "".join(self.lines[-80:])
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
+            self.process.kill()
+        self.process.wait(10)
+        self._reader.join(5)
+
+
+@dataclass(frozen=True)
+class Run:
+    member: str
+    key: str
+    start: float
+    end: float
+
+
+def runs(log: Path, killed: dict[str, float] | None = None) -> list[Run]:
+    """Every reconcile in the log; one a SIGKILL cut short ends at the kill."""
+    open_: dict[tuple[str, str], float] = {}
+    done: list[Run] = []
+    for line in log.read_text().splitlines():
+        what, member, key, at = line.split()
+        if what == "S":
+            open_[(member, key)] = float(at)
+        else:
+            done.append(Run(member, key, open_.pop((member, key)), float(at)))
+    for (member, key), start in open_.items():
+        done.append(Run(member, key, start, (killed or {}).get(member, float("inf"))))
+    return done
+
+
+def overlaps(found: list[Run]) -> list[tuple[Run, Run]]:
+    """Pairs of reconciles of one key by two members that ran at the same time."""
+    by_key: dict[str, list[Run]] = {}
+    for run in found:
+        by_key.setdefault(run.key, []).append(run)
+    bad: list[tuple[Run, Run]] = []
+    for key_runs in by_key.values():
+        key_runs.sort(key=lambda r: r.start)
+        latest = key_runs[0]
+        for run in key_runs[1:]:
+            if run.start < latest.end:
+                bad.append((latest, run))
+            if run.end > latest.end:
+                latest = run
+    return bad
+
+
+def assignments(ns: Namespace) -> dict[str, tuple[str | None, bool]]:
+    """key -> (the member label, draining) for every Widget."""
+    found = {}
+    for item in ns.list("ctl.operator-kit.test/v1", "Widget"):
+        labels = item["metadata"].get("labels") or {}
+        found[ring_key(ns.name, item["metadata"]["name"])] = (labels.get(LABEL),
+                                                               DRAIN in labels)
+    return found
+
+
+def create_widgets(ns: Namespace, count: int, prefix: str = "w") -> None:
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda i: create_widget(ns, f"{prefix}{i}", size=1), range(count)))
+
+
+def settled(ns: Namespace, members: list[str]) -> dict[str, str]:
+    """Every Widget labelled with its ring target among `members`, none draining."""
+    ring = Ring(members)
+    current = assignments(ns)
+    wrong = {k: v for k, v in current.items() if v != (ring.owner(k), False)}
+    assert not wrong, f"{len(wrong)} not yet at their target, e.g. {list(wrong.items())[:3]}"
+    return {k: str(v[0]) for k, v in current.items()}
+
+
+def lease_holder(ns: Namespace) -> str | None:
+    lease = ns.get("coordination.k8s.io/v1", "Lease", OPERATOR)
+    return lease["spec"].get("holderIdentity") if lease else None
+
+
+@pytest.fixture
+def members(namespace: Namespace, cluster: TestCluster) -> Iterator[list[Member]]:
+    started: list[Member] = []
+    yield started
+    for member in started:
+        member.stop()
+        (Path(tempfile.gettempdir()) / f"shard-member-{member.identity}.out").write_text(
+            "".join(member.lines))
+
+
+def test_members_share_3000_objects_a_joiner_moves_few_and_a_killed_leader_is_taken_over(
+        namespace: Namespace, cluster: TestCluster, members: list[Member],
+        tmp_path: Path) -> None:
+    log = tmp_path / "reconciles.log"
+    log.touch()
+    names = ["m-0", "m-1", "m-2"]
+    members.append(Member(namespace, cluster.kubeconfig, names[0], log))
+    eventually(30, lambda: lease_holder(namespace) == names[0])
+    members += [Member(namespace, cluster.kubeconfig, n, log) for n in names[1:]]
+    eventually(30, lambda: len(namespace.list("coordination.k8s.io/v1", "Lease")) == 4)
+
+    count = 3000
+    started = time.monotonic()
+    create_widgets(namespace, count)
+    before = eventually(150, lambda: settled(namespace, names), interval=1.0)
+    reconciled = eventually(60, lambda: len({r.key for r in runs(log)}) == count and runs(log))
+    print(f"\n3 members: {count} objects assigned and reconciled in "
+          f"{time.monotonic() - started:.1f}s")
+    by_member = {n: len({r.key for r in reconciled if r.member == n}) for n in names}
+    print(f"reconciled per member: {by_member}")
+    assert all(n >= 0.25 * count for n in by_member.values()), by_member
+    share = {n: sum(1 for m in before.values() if m == n) for n in names}
+    for member in members:  # each caches exactly its share, nothing else
+        eventually(10, lambda m=member: m.cache() == (share[m.identity], 0),
+                   message=f"{member.identity}: cache {member.cache()}, share "
+                           f"{share[member.identity]}")
+
+    members.append(Member(namespace, cluster.kubeconfig, "m-3", log))
+    after = eventually(120, lambda: settled(namespace, [*names, "m-3"]), interval=1.0)
+    moved = [k for k in after if after[k] != before[k]]
+    print(f"a 4th member joined: {len(moved)} of {count} objects moved "
+          f"({100 * len(moved) / count:.1f}%)")
+    assert len(moved) <= 0.35 * count
+    assert all(after[k] == "m-3" for k in moved)
+    eventually(30, lambda: {k for k in moved} <= {r.key for r in runs(log) if r.member == "m-3"})
+
+    # Kill the leader, which is also the assigner: another member takes the Lease and
+    # gives the dead member's objects to the others.
+    victim = members[0]
+    orphans = {k for k, m in after.items() if m == victim.identity}
+    victim.process.kill()
+    killed = time.time()
+    survivors = [*names[1:], "m-3"]
+    eventually(LEASE + 20, lambda: settled(namespace, survivors), interval=0.5)
+    taken: dict[str, float] = {}
+
+    def all_taken() -> bool:
+        for run in runs(log, {victim.identity: killed}):
+            if run.key in orphans and run.member != victim.identity and run.start > killed:
+                taken[run.key] = min(taken.get(run.key, run.end), run.end)
+        return len(taken) == len(orphans)
+
+    eventually(20, all_taken, interval=0.5)
+    takeover = max(taken.values()) - killed
+    print(f"SIGKILL of the leader: its {len(orphans)} objects reconciled by the others "
+          f"within {takeover:.1f}s (lease {LEASE:g}s); new leader {lease_holder(namespace)}")
+    assert takeover <= LEASE + 5
+    assert lease_holder(namespace) in survivors
+
+    found = overlaps(runs(log, {victim.identity: killed}))
+    print(f"overlap checker: {len(runs(log))} reconciles, {len(found)} overlaps")
+    assert not found, found[:5]
+
+
+def test_a_member_paused_past_its_lease_reconciles_nothing_it_no_longer_owns(
+        namespace: Namespace, cluster: TestCluster, members: list[Member],
+        tmp_path: Path) -> None:
+    log = tmp_path / "reconciles.log"
+    log.touch()
+    names = ["p-0", "p-1", "p-2"]
+    members.append(Member(namespace, cluster.kubeconfig, names[0], log, "--children"))
+    eventually(30, lambda: lease_holder(namespace) == names[0])
+    members += [Member(namespace, cluster.kubeconfig, n, log, "--children") for n in names[1:]]
+    count = 300
+    create_widgets(namespace, count)
+    before = eventually(90, lambda: settled(namespace, names), interval=0.5)
+    eventually(60, lambda: len({r.key for r in runs(log)}) == count)
+
+    def children_follow() -> bool:  # each ConfigMap carries its owner's label
+        cms = {ring_key(namespace.name, cm["metadata"]["name"]):
+               (cm["metadata"].get("labels") or {}).get(LABEL)
+               for cm in namespace.list("v1", "ConfigMap") if cm["metadata"]["name"][0] == "w"}
+        assert len(cms) == count and all(cms[k] == m for k, m in before.items())
+        return True
+
+    eventually(30, children_follow)
+
+    paused = members[2]
+    mine = {k for k, m in before.items() if m == paused.identity}
+    paused.process.send_signal(signal.SIGSTOP)  # idle: every object is reconciled
+    stopped = time.time()
+    after = eventually(LEASE + 20, lambda: settled(namespace, names[:2]), interval=0.5)
+    assert all(after[k] != paused.identity for k in mine)
+
+    def children_moved() -> bool:
+        for key in mine:
+            cm = namespace.get("v1", "ConfigMap", key.split("/")[1])
+            assert (cm["metadata"].get("labels") or {}).get(LABEL) == after[key], key
+        return True
+
+    eventually(30, children_moved, message="children follow their owner to its new member")
+    # Changes to its former objects, queued for it the moment it resumes.
+    patched = time.time()
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda k: namespace.api.request(
+            "PATCH", widget_path(namespace, k.split("/")[1]), body={"spec": {"size": 2}},
+            content_type="application/merge-patch+json"), sorted(mine)))
+    paused.process.send_signal(signal.SIGCONT)
+    resumed = time.time()
+    code = paused.process.wait(DEADLINE + 5)
+    late = [r for r in runs(log) if r.member == paused.identity and r.start > stopped]
+    print(f"\npaused member: exited {time.time() - resumed:.1f}s after resuming, "
+          f"{len(late)} reconciles after the pause; its {len(mine)} objects went to others")
+    assert code != 0, "a member that lost its Lease while paused exits non-zero"
+    assert not late, late[:5]
+    eventually(30, lambda: mine <= {
+        r.key for r in runs(log) if r.member != paused.identity and r.start > patched},
+        message="the others reconcile the changes to the paused member's former objects")
+    found = overlaps(runs(log))
+    print(f"overlap checker: {len(runs(log))} reconciles, {len(found)} overlaps")
+    assert not found, found[:5]
+
+
+def test_a_member_stopped_cleanly_hands_its_objects_over_at_once(
+        namespace: Namespace, cluster: TestCluster, members: list[Member],
+        tmp_path: Path) -> None:
+    log = tmp_path / "reconciles.log"
+    log.touch()
+    names = ["c-0", "c-1"]
+    members.append(Member(namespace, cluster.kubeconfig, names[0], log))
+    eventually(30, lambda: lease_holder(namespace) == names[0])
+    members.append(Member(namespace, cluster.kubeconfig, names[1], log))
+    create_widgets(namespace, 100)
+    eventually(60, lambda: settled(namespace, names), interval=0.5)
+    leaving = members[1]
+    leaving.process.send_signal(signal.SIGTERM)
+    stopped = time.monotonic()
+    assert leaving.process.wait(20) == 0, leaving.output()
+    eventually(LEASE, lambda: settled(namespace, names[:1]), interval=0.2)
+    print(f"\nSIGTERM: objects handed over {time.monotonic() - stopped:.1f}s after the stop")
+    assert namespace.get("coordination.k8s.io/v1", "Lease", f"{OPERATOR}-member-c-1") is None
+    assert not overlaps(runs(log))
