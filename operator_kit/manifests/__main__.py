@@ -40,7 +40,8 @@ def main(argv: list[str] | None = None, *, operator: Operator | None = None,
     parser.add_argument("--namespace", help="where the operator runs (default: its name)")
     parser.add_argument("--image", help="the operator's container image "
                         "(default: <name>:latest)")
-    parser.add_argument("--replicas", type=int, default=2, help="default: %(default)s")
+    parser.add_argument("--replicas", type=int,
+                        help="default: 2, or 3 when the operator shards")
     parser.add_argument("--certificate-secret", metavar="NAME",
                         help="serve the kubernetes.io/tls Secret NAME (e.g. cert-manager's), "
                         "mounted; its CA is injected with cert-manager.io/inject-ca-from")

@@ -54,7 +54,7 @@ def kinds_of(operator: Operator) -> list[type[CustomResource]]:
 
 
 def operator_manifests(operator: Operator, *, app: str, namespace: str, image: str,
-                       replicas: int = 2, ca_bundle: bytes | None = None,
+                       replicas: int | None = None, ca_bundle: bytes | None = None,
                        webhook_port: int = 443,
                        certificate: ExternalCertificate | None = None,
                        namespace_document: bool = True,
@@ -70,7 +70,10 @@ def operator_manifests(operator: Operator, *, app: str, namespace: str, image: s
     one Kubernetes makes: default, kube-*), and every document carries the recommended
     ``app.kubernetes.io/*`` labels: name, instance (default: the operator's name),
     version (default: the image's tag), component, part-of (default: the operator's
-    name) and managed-by."""
+    name) and managed-by. `replicas` defaults to 2 (a
+    follower ready to lead), or 3 when the operator shards (every replica a member)."""
+    if replicas is None:
+        replicas = 3 if operator.sharding is not None else 2
     certificate = certificate or operator.webhook_certificate
     inject = ({INJECT_CA_FROM: certificate.inject_ca_from(namespace)} if certificate
               else None)
@@ -94,7 +97,7 @@ def operator_manifests(operator: Operator, *, app: str, namespace: str, image: s
                 kind=kind.kind, versions=", ".join(v.version for v in kind.versions())),
                 UserWarning, stacklevel=2)
         docs.append(definition)
-    docs += Rbac(operator.name, namespace).rules(
+    docs += Rbac(operator.name, namespace, member_leases=operator.sharding is not None).rules(
         *operator.rules(external_certificate=certificate is not None)).documents()
     docs.append(service(operator.webhook_service, namespace, selects=operator.name))
     docs.append(deployment(operator.name, app=app, namespace=namespace, image=image,

@@ -26,9 +26,12 @@ OWN_NAMESPACE = {("coordination.k8s.io", "leases"), ("", "secrets")}
 class Rbac:
     """The RBAC an operator named `name` runs with, in `namespace`."""
 
-    def __init__(self, name: str, namespace: str) -> None:
+    def __init__(self, name: str, namespace: str, *, member_leases: bool = False) -> None:
         self.name = name
         self.namespace = namespace
+        # Sharding: members list and watch the member Leases, which live in the namespace
+        # (operator_kit.sharding), so Lease list/watch goes into the Role too.
+        self.member_leases = member_leases
         self._rules: list[Rule] = []
         self._namespaced: list[Rule] = []
 
@@ -36,8 +39,11 @@ class Rbac:
         """Add rules: cluster-wide, except leases and secrets (the Role in the namespace)
         unless the rule lists or watches them."""
         for rule in rules:
+            leases = self.member_leases and rule.api_groups == ("coordination.k8s.io",) \
+                and rule.resources == ("leases",)
             own = all((g, r) in OWN_NAMESPACE for g in rule.api_groups
-                      for r in rule.resources) and not {"list", "watch"} & set(rule.verbs)
+                      for r in rule.resources) and (
+                leases or not {"list", "watch"} & set(rule.verbs))
             (self._namespaced if own else self._rules).append(rule)
         return self
 

@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 
-from operator_kit import LeaderElection, Operator, Sharding
+from operator_kit import (
+    Action,
+    Context,
+    Controller,
+    CustomResource,
+    LeaderElection,
+    Operator,
+    Sharding,
+)
+from operator_kit.manifests import operator_manifests
 from operator_kit.sharding import Patch, Placed, Ring, member_identity, plan, ring_key
 
 KEYS = [ring_key("ns", f"obj-{i}") for i in range(10_000)]
@@ -178,3 +189,58 @@ def test_default_labels_name_the_operator() -> None:
 def test_member_identities_are_label_values() -> None:
     identity = member_identity()
     assert Sharding(identity=identity).identity == identity
+
+
+# -- what it derives ---------------------------------------------------------------------
+
+@dataclass
+class PartSpec:
+    size: int
+
+
+class Part(CustomResource):
+    group = "parts.example.com"
+    version = "v1"
+    kind = "Part"
+    spec: PartSpec
+
+
+class PartController(Controller[Part]):
+    resource = Part
+    owns = ("v1/ConfigMap",)
+
+    def reconcile(self, obj: Part, ctx: Context) -> Action:
+        return Action.await_change()
+
+
+def sharded_operator() -> Operator:
+    return Operator("parts", [PartController()], leader_election=LeaderElection(),
+                    sharding=Sharding())
+
+
+def test_sharding_derives_three_replicas_a_budget_and_the_member_lease_role() -> None:
+    docs = operator_manifests(sharded_operator(), app="m:operator", namespace="ns", image="i")
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    assert deployment["spec"]["replicas"] == 3
+    assert any(d["kind"] == "PodDisruptionBudget" for d in docs)
+    role = next(d for d in docs if d["kind"] == "Role")
+    leases = [r for r in role["rules"] if r["resources"] == ["leases"]]
+    assert any(not r.get("resourceNames") and set(r["verbs"]) >= {
+        "create", "delete", "get", "list", "update", "watch"} for r in leases), leases
+    cluster_role = next(d for d in docs if d["kind"] == "ClusterRole")
+    for resource in ("parts", "configmaps"):  # the sharder labels both
+        rule = next(r for r in cluster_role["rules"] if r["resources"] == [resource])
+        assert {"list", "watch", "patch"} <= set(rule["verbs"])
+
+
+def test_replicas_stay_settable_with_sharding() -> None:
+    docs = operator_manifests(sharded_operator(), app="m:operator", namespace="ns",
+                              image="i", replicas=5)
+    assert next(d for d in docs if d["kind"] == "Deployment")["spec"]["replicas"] == 5
+
+
+def test_sharding_an_unknown_controller_is_refused_at_start() -> None:
+    operator = Operator("parts", [PartController()], leader_election=LeaderElection(),
+                        sharding=Sharding(controllers=["gadget"]))
+    with pytest.raises(ValueError, match="gadget, which operator parts does not have"):
+        operator._start_membership(operator.sharding)  # type: ignore[arg-type]
