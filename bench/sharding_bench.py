@@ -10,7 +10,8 @@ waits ``--work`` seconds (default 50 ms: a call to a database or a cloud API) on
 2. **moved_on_join.** A 4th member joins the 3: the share of objects whose assignment
    label changed once every object sits at its ring target again.
 3. **takeover_s.** A member that is not the leader is SIGKILLed: the time until every
-   object it held has been reconciled by another member.
+   object it held has been reconciled by another member — its Lease expiring, the
+   reassignment, and the survivors working through the backlog of its objects.
 4. **overlaps.** The log of the whole run (both namespaces) is checked for two
    reconciles of one key that ran at the same time (the killed member's last reconcile,
    if any, ends at the kill).
@@ -89,7 +90,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--objects", type=int, default=900)
     parser.add_argument("--work", type=float, default=0.05)
-    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--lease", type=float, nargs=3, default=[15.0, 10.0, 2.0],
                         metavar=("DURATION", "DEADLINE", "RETRY"))
     parser.add_argument("--kubeconfig")

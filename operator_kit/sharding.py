@@ -21,11 +21,14 @@ identity>``: it caches, and reconciles, only its share. Children made with
 
 **The assigner** ("sharder") runs on the elected leader only. It watches the member
 Leases and, metadata only, every object of the sharded kinds and their owned kinds. A
-member is *alive* until ``leaseDurationSeconds`` after the sharder last saw its Lease
-change (its own clock, as a leader-election follower judges expiry). The target of an
-object is a consistent-hash ring (`Ring`: ``virtual_nodes`` points per alive member,
-sha1 of ``namespace/name``), so a member joining or leaving moves about 1/N of the
-objects. `plan` — a pure function — decides the patches:
+member is *alive* until ``leaseDurationSeconds`` after this process last saw its Lease
+change (its own clock, as a leader-election follower judges expiry; every member watches
+the member Leases from its start, `Members`, so a new leader needs no fresh wait). The
+target of an object is a consistent-hash ring (`Ring`: ``virtual_nodes`` points per
+alive member, sha1 of ``namespace/name``; 200 points keep each of 3 random members
+within 27-40 % in 200 trials, where 100 points gave a worst share of 25.8 %), so a
+member joining or leaving moves about 1/N of the objects. `plan` — a pure function —
+decides the patches:
 
 =====================================  ==================================================
 object                                 patch

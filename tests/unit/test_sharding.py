@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import pytest
@@ -16,7 +17,8 @@ from operator_kit import (
     Sharding,
 )
 from operator_kit.manifests import operator_manifests
-from operator_kit.sharding import Patch, Placed, Ring, member_identity, plan, ring_key
+from operator_kit.sharding import Members, Patch, Placed, Ring, member_identity, plan, ring_key
+from operator_kit.watching import Informers, WatchEvent
 
 KEYS = [ring_key("ns", f"obj-{i}") for i in range(10_000)]
 W = "widgets.ctl.operator-kit.test"
@@ -244,3 +246,28 @@ def test_sharding_an_unknown_controller_is_refused_at_start() -> None:
                         sharding=Sharding(controllers=["gadget"]))
     with pytest.raises(ValueError, match="gadget, which operator parts does not have"):
         operator._start_membership(operator.sharding)  # type: ignore[arg-type]
+
+
+# -- who is alive ------------------------------------------------------------------------
+
+def lease(name: str, holder: str, renewed: str, duration: int = 4) -> WatchEvent:
+    return WatchEvent("MODIFIED", {"metadata": {"name": name}, "spec": {
+        "holderIdentity": holder, "renewTime": renewed, "leaseDurationSeconds": duration}})
+
+
+def test_a_member_is_alive_until_its_lease_duration_after_it_was_last_seen_to_change() -> None:
+    now = [100.0]
+    members = Members(Informers(None, threading.Event()),  # type: ignore[arg-type]
+                      operator="op", namespace="ns", clock=lambda: now[0])
+    members._on_lease(lease("op-member-a", "a", "t1"))
+    members._on_lease(lease("op-member-b", "b", "t1"))
+    now[0] = 103.0
+    members._on_lease(lease("op-member-a", "a", "t2"))  # a renews; b is silent
+    members._on_lease(lease("op-member-b", "b", "t1"))  # the same record again: no change
+    assert members.alive() == {"a", "b"}
+    now[0] = 104.0
+    assert members.alive() == {"a"}
+    members._on_lease(lease("op-member-a", "", "t3"))  # released on a clean stop
+    assert members.alive() == set()
+    members._on_lease(WatchEvent("DELETED", {"metadata": {"name": "op-member-a"}}))
+    assert members.alive() == set()
