@@ -430,10 +430,12 @@ class Operator:
                 return
             recorder = EventRecorder(self.api, self.name)
             informers = self.informers
-            objects = Objects(self.api, informers, field_manager=self.name,
+            # A member's reconciles write through a fence: none lands after its Lease lapsed.
+            api = sharding.FencedApi(self.api, may_reconcile) if shard else self.api
+            objects = Objects(api, informers, field_manager=self.name,
                               shard_selector=shard.selector() if shard else None)
             runners = [ControllerRunner(
-                controller, self.api, field_manager=self.name, recorder=recorder,
+                controller, api, field_manager=self.name, recorder=recorder,
                 stop=self.stopping, informers=informers, objects=objects,
                 may_reconcile=may_reconcile, shard=shard) for controller in controllers]
             informers.start()

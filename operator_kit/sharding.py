@@ -56,8 +56,10 @@ reconcile of it returned) or the old member's Lease expired (after its fencing d
 A member reconciles an object only while its own cache shows the object labelled with
 its identity and not draining; its cache moves forward only, so once it has seen the
 drain label it never sees the object as its own again unless the sharder gives it back.
-As with leader election, a reconcile already running when a member is paused past its
-Lease may still finish its writes when resumed; it starts no new one and exits.
+A reconcile already running when a member is paused past its Lease cannot be stopped
+from outside; once resumed, its writes through the operator's API are refused
+(`FencedApi`: Kubernetes writes only — a call to an external system is the reconcile's
+own), it starts no new reconcile, and the process exits.
 
 **Bounds.** A new object is assigned on the sharder's watch event: within its batching
 pause (0.1 s) plus one patch. At most ``max_drains_in_flight`` objects are draining at
@@ -291,6 +293,27 @@ def plan(ring: Ring, primaries: Iterable[Placed], children: Iterable[Placed] = (
 
 
 # -- a member's side ---------------------------------------------------------------------
+
+class Fenced(RuntimeError):
+    """A write refused because this member may no longer reconcile (its Lease lapsed)."""
+
+
+class FencedApi(Api):
+    """A member's reconciles' API: every request but a read is refused once the member
+    may no longer reconcile. A reconcile that was running when the process was paused
+    past its Lease cannot be stopped from outside, but once resumed, its next write
+    fails instead of landing after another member took the object over."""
+
+    def __init__(self, api: Api, allowed: Callable[[], bool]) -> None:
+        self.__dict__.update(api.__dict__)  # the same client, connections and discovery
+        self._allowed = allowed
+
+    def request(self, method: str, path: str, **options: Any) -> Any:
+        if method not in ("GET", "HEAD") and not self._allowed():
+            raise Fenced(f"{method} {path} refused: this member's Lease lapsed (it may no "
+                         "longer reconcile; another member may own the object now)")
+        return super().request(method, path, **options)
+
 
 @dataclass(frozen=True)
 class ShardScope:
@@ -554,9 +577,9 @@ class Sharder:
         versions = {p.ref: p.resource_version for p in (*primaries, *children)}
         self._pending = {ref: rv for ref, rv in self._pending.items() if versions.get(ref) == rv}
         self._count(primaries, alive)
-        for p in primaries:
-            if p.member is not None:
-                self._last[p.ref] = p.member
+        # The member each object was last seen with (for moves_total); only objects that
+        # still exist are kept.
+        self._last = {p.ref: p.member or self._last.get(p.ref, "") for p in primaries}
         patches = [p for p in plan(Ring(alive, self._config.virtual_nodes), primaries, children,
                                    max_drains_in_flight=self._config.max_drains_in_flight)
                    if self._pending.get(p.ref) != p.resource_version]
@@ -594,7 +617,7 @@ class Sharder:
             return
         if patch.member is not None and patch.ref[0] in self._owner_kinds.values():
             last = self._last.get(patch.ref)
-            if last is not None and last != patch.member:
+            if last and last != patch.member:
                 self._moves.inc()
         log.debug("sharder %s: %s %s/%s", self._operator, patch.reason, patch.ref[1],
                   patch.ref[2])

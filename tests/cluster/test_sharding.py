@@ -88,6 +88,8 @@ def runs(log: Path, killed: dict[str, float] | None = None) -> list[Run]:
     done: list[Run] = []
     for line in log.read_text().splitlines():
         what, member, key, at = line.split()
+        if what == "W":
+            continue
         if what == "S":
             open_[(member, key)] = float(at)
         else:
@@ -295,3 +297,72 @@ def test_a_member_stopped_cleanly_hands_its_objects_over_at_once(
     print(f"\nSIGTERM: objects handed over {time.monotonic() - stopped:.1f}s after the stop")
     assert namespace.get("coordination.k8s.io/v1", "Lease", f"{OPERATOR}-member-c-1") is None
     assert not overlaps(runs(log))
+
+
+def writes(log: Path, member: str, after: float) -> list[str]:
+    found = []
+    for line in log.read_text().splitlines():
+        what, who, key, at = line.split()
+        if what == "W" and who == member and float(at) > after:
+            found.append(key)
+    return found
+
+
+def test_a_member_paused_mid_reconcile_past_its_lease_writes_nothing_after_resuming(
+        namespace: Namespace, cluster: TestCluster, members: list[Member],
+        tmp_path: Path) -> None:
+    log = tmp_path / "reconciles.log"
+    log.touch()
+    names = ["q-0", "q-1"]
+    slow = ["--children", "--work", "1.5", "--workers", "4"]
+    members.append(Member(namespace, cluster.kubeconfig, names[0], log, *slow))
+    eventually(30, lambda: lease_holder(namespace) == names[0])
+    members.append(Member(namespace, cluster.kubeconfig, names[1], log, *slow))
+    eventually(30, lambda: len(namespace.list("coordination.k8s.io/v1", "Lease")) == 3)
+    count = 40
+    create_widgets(namespace, count)
+    before = eventually(60, lambda: settled(namespace, names), interval=0.5)
+    eventually(60, lambda: len({r.key for r in runs(log) if r.end < float("inf")}) == count)
+    time.sleep(2)
+
+    paused = members[1]
+    mine = {k for k, m in before.items() if m == paused.identity}
+    changed = time.time()
+    with ThreadPoolExecutor(8) as pool:  # load: every object is reconciled again, slowly
+        list(pool.map(lambda k: namespace.api.request(
+            "PATCH", widget_path(namespace, k.split("/")[1]), body={"spec": {"size": 2}},
+            content_type="application/merge-patch+json"), sorted(before)))
+
+    def busy() -> list[Run]:
+        found = [r for r in runs(log) if r.member == paused.identity and r.start > changed
+                 and r.end == float("inf")]
+        return found
+
+    in_flight = eventually(20, busy, interval=0.05)
+    paused.process.send_signal(signal.SIGSTOP)  # mid-reconcile: before its write
+    stopped = time.time()
+    eventually(LEASE + 20, lambda: settled(namespace, names[:1]), interval=0.5)
+    eventually(60, lambda: mine <= {r.key for r in runs(log)
+                                    if r.member == names[0] and r.start > stopped
+                                    and r.end < float("inf")})
+    resumed = time.time()  # (before the signal: the member may log at once)
+    paused.process.send_signal(signal.SIGCONT)
+    code = paused.process.wait(DEADLINE + 5)
+    cut = [r for r in runs(log) if r.member == paused.identity and r.start < stopped
+           and r.end > resumed]
+    late_writes = writes(log, paused.identity, resumed)
+    late_starts = [r for r in runs(log) if r.member == paused.identity and r.start > stopped]
+    print(f"\npaused mid-reconcile: {len(in_flight)} reconciles in flight at the pause, "
+          f"{len(cut)} resumed after the takeover, {len(late_writes)} writes after resuming, "
+          f"{len(late_starts)} reconciles started after the pause; exit code {code}")
+    assert code != 0
+    assert not late_writes and not late_starts
+    cms = {cm["metadata"]["name"]: cm["data"] for cm in namespace.list("v1", "ConfigMap")
+           if cm["metadata"]["name"][0] == "w"}
+    assert all(cms[k.split("/")[1]] == {"size": "2", "by": names[0]} for k in mine), cms
+    # The reconciles frozen mid-way overlap in time with the new owner's, but wrote
+    # nothing once resumed (the fence); every other pair of reconciles is disjoint.
+    found = overlaps([r for r in runs(log) if r not in cut])
+    print(f"overlap checker: {len(runs(log))} reconciles, {len(found)} overlaps "
+          f"besides the {len(cut)} fenced ones")
+    assert not found, found[:5]
