@@ -179,7 +179,7 @@ class Operator:
             watches = sum(1 + len(c.owns) + len(c.watches) for c in self.controllers)
             pool = max(8, workers + watches + 4)
             if self.sharding is not None:  # the member Lease, its watch, the sharder's patches
-                pool += 12
+                pool += 20
             self._api = Api(api_client(self.kubeconfig, pool_size=pool))
         return self._api
 

@@ -458,6 +458,9 @@ class Sharder:
 
     BATCH = 0.1
     """Seconds the sharder waits after an event for more, before it plans."""
+    PATCHERS = 16
+    """Label patches sent at once: one object each, so moving many objects takes their
+    number over the API server's patch rate."""
 
     def __init__(self, api: Api, informers: Informers, config: Sharding, *, operator: str,
                  members: Members, kinds: Sequence[ShardedKind],
@@ -555,7 +558,8 @@ class Sharder:
     # -- acting ----------------------------------------------------------------------------
 
     def _run(self) -> None:
-        with ThreadPoolExecutor(8, thread_name_prefix=f"sharder-{self._operator}-patch") as pool:
+        with ThreadPoolExecutor(self.PATCHERS,
+                                thread_name_prefix=f"sharder-{self._operator}-patch") as pool:
             while not self._stop.is_set():
                 self._wake.wait(0.5)  # also wakes to notice expiries
                 if self._stop.wait(self.BATCH):
