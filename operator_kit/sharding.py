@@ -62,8 +62,11 @@ from outside; once resumed, its writes through the operator's API are refused
 own), it starts no new reconcile, and the process exits.
 
 **Bounds.** A new object is assigned on the sharder's watch event: within its batching
-pause (0.1 s) plus one patch. At most ``max_drains_in_flight`` objects are draining at
-once, so a join does not storm. When the leader dies another member takes the Lease and
+pause (0.1 s) plus one patch. A dead member's objects start moving one Lease duration
+after its last renewal was seen (plus at most 0.6 s); one label patch each,
+`Sharder.PATCHERS` at a time, so the last of N follows N / (the API server's patch rate)
+later. At most ``max_drains_in_flight`` objects are draining at once, so a join does not
+storm. When the leader dies another member takes the Lease and
 rebuilds the sharder's state from the labels (they are the truth; nothing is lost);
 members keep reconciling what they own meanwhile, and new objects wait for the new
 leader (lease duration plus a retry).
