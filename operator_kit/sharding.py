@@ -156,12 +156,15 @@ class Sharding:
                              "digits and '-', starting and ending with a letter or digit")
 
     def label_key(self, operator: str) -> str:
+        """The assignment label: `label`, or ``shard.operator-kit.io/<operator>``."""
         return self.label or LABEL_PREFIX + operator
 
     def drain_label_key(self, operator: str) -> str:
+        """The label the assigner sets to ask a member to let an object go."""
         return "drain." + self.label_key(operator)
 
     def shards(self, controller: str) -> bool:
+        """Whether the controller named `controller` is sharded."""
         return self.controllers is None or controller in self.controllers
 
     def election(self, namespace: str, operator: str, identity: str) -> LeaderElection:
