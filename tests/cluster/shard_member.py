@@ -1,12 +1,12 @@
 """One sharding member for the sharding tests: ``python -m tests.cluster.shard_member``.
 
-Each reconcile appends ``S <member> <key> <time>`` when it starts, ``W ...`` after its
-write of the child ConfigMap (with ``--children``) and ``E ...`` when it ends, to a log
-file shared by every member (one ``os.write`` on an ``O_APPEND`` file per line, so lines
-from processes never interleave): the test reads who reconciled what, and when, and
-checks that no two reconciles of a key ever overlapped. Every second the member prints
-``cache <objects> <foreign>``: how many Widgets its cache holds, and how many of them
-are not labelled with its identity.
+Each reconcile appends ``S <member> <key> <time>`` when it starts, ``w ...`` and
+``W ...`` just before and after its write of the child ConfigMap (with ``--children``)
+and ``E ...`` when it ends, to a log file shared by every member (one ``os.write`` on an
+``O_APPEND`` file per line, so lines from processes never interleave): the test reads
+who reconciled what, and when, and checks that no two reconciles of a key ever
+overlapped. Every second the member prints ``cache <objects> <foreign>``: how many
+Widgets its cache holds, and how many of them are not labelled with its identity.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ class RecordingController(WidgetController):
             if self.work:
                 time.sleep(self.work)  # I/O-bound work: a database, a cloud API
             if self.children:
+                self._note("w", obj)  # about to write
                 ctx.apply_owned(obj, {"apiVersion": "v1", "kind": "ConfigMap",
                                       "metadata": {"name": obj.name},
                                       "data": {"size": str(obj.spec.size),

@@ -91,7 +91,7 @@ def runs(log: Path, killed: dict[str, float] | None = None) -> list[Run]:
     done: list[Run] = []
     for line in log.read_text().splitlines():
         what, member, key, at = line.split()
-        if what == "W":
+        if what in ("w", "W"):
             continue
         if what == "S":
             open_[(member, key)] = float(at)
@@ -319,10 +319,16 @@ def test_a_member_stopped_cleanly_hands_its_objects_over_at_once(
 
 
 def writes(log: Path, member: str, after: float) -> list[str]:
+    """The keys of writes by `member` that began after `after` and went through (a write
+    already sent when the process was frozen landed before the takeover, whenever its
+    answer is read; one begun after it is refused by the fence and never completes)."""
     found = []
+    began: dict[str, float] = {}
     for line in log.read_text().splitlines():
         what, who, key, at = line.split()
-        if what == "W" and who == member and float(at) > after:
+        if what == "w" and who == member:
+            began[key] = float(at)
+        if what == "W" and who == member and began.get(key, 0.0) > after:
             found.append(key)
     return found
 
