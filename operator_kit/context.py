@@ -56,6 +56,10 @@ class Context:
             api, field_manager=field_manager)
         self._own_writes = own_writes
         self._recorder = recorder
+        # The status each patch_status of this reconcile left, by (kind, namespace, name):
+        # a second patch of the same `obj` compares against it, not against the status
+        # `obj` held before the first one.
+        self._statuses: dict[tuple[str, str | None, str], dict[str, Any]] = {}
 
     def for_object(self, obj: CustomResource) -> Context:
         """A context for one reconcile of `obj`: its own read-your-writes journal."""
@@ -124,14 +128,18 @@ class Context:
         One rule: the kind's status *dataclass* means "the status is exactly this" —
         fields that are None, or absent from it, are cleared; a *dict* is a JSON merge
         patch — the keys it names change (None deletes one), the others stay. A write
-        that would change nothing in the status `obj` holds sends no request and
-        returns `obj`."""
+        that would change nothing sends no request and returns `obj` — compared with
+        what an earlier patch_status of the same object in this reconcile wrote, else
+        with the status `obj` holds (so patching one `obj` twice does what it says)."""
         kind = type(obj)
         shape = kind._status_shape
         if shape is None:
             raise TypeError(f"{kind.kind} declares no status: add a `status: <dataclass>` "
                             "annotation to the class to give it a status subresource")
-        current = (obj.to_dict().get("status") or {})
+        key = (kind.kind, obj.namespace, obj.name)
+        current = self._statuses.get(key)
+        if current is None:
+            current = obj.to_dict().get("status") or {}
         if dataclasses.is_dataclass(status) and not isinstance(status, type):
             patch = _replacing(current, shape.encode(status))
         elif isinstance(status, Mapping):
@@ -143,6 +151,7 @@ class Context:
             return obj  # nothing would change
         updated = self.objects.patch(kind, obj.name, {"status": patch}, obj.namespace,
                                      subresource="status")
+        self._statuses[key] = updated.to_dict().get("status") or {}
         return updated  # type: ignore[no-any-return]
 
     def apply_owned(self, owner: CustomResource, child: Any, *,

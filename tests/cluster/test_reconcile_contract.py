@@ -262,6 +262,32 @@ def test_patch_status_dataclass_is_exact_dict_merges_and_no_change_sends_nothing
     assert stored == {"observed_generation": 1}
 
 
+def test_patching_the_same_obj_twice_writes_what_the_second_patch_says(
+        cluster: TestCluster, namespace: Namespace) -> None:
+    # The second patch is compared with what the first wrote, not with `obj`'s status
+    # from before it: clearing a field and setting it back to the value `obj` still
+    # holds is a write (a reconcile that marks work in progress, then done).
+    def write(obj: Widget, ctx: Context) -> Any:
+        ctx.patch_status(obj, {"observed_size": None})
+        return ctx.patch_status(obj, {"observed_size": 3})
+
+    create_widget(namespace, "w")
+    namespace.api.request("PATCH", widget_path(namespace, "w") + "/status",
+                          body={"status": {"observed_size": 3}},
+                          content_type="application/merge-patch+json")
+    controller = StatusWriter(namespace.name, write)
+    operator = Operator("contract-test", [controller])
+    operator.use(cluster.client)
+    operator.start()
+    try:
+        eventually(20, lambda: controller.results)
+    finally:
+        operator.stop(timeout=10)
+    assert not isinstance(controller.results[0], Exception), controller.results[0]
+    stored = namespace.api.get(widget_path(namespace, "w"))["status"]
+    assert stored == {"observed_size": 3}, "set again after the clear: written, not skipped"
+
+
 def test_patch_status_of_a_kind_without_status_is_a_type_error_before_any_request(
         cluster: TestCluster, namespace: Namespace) -> None:
     from operator_kit.context import Context as Ctx
