@@ -242,8 +242,12 @@ def wrapper_gomod(upstream: str, module: str, version: str, packages: list[str])
     if go_line is None:
         raise BinariesError(f"{module}@{version}'s go.mod has no go directive")
     godebug = [ln.strip() for ln in upstream.splitlines() if ln.startswith("godebug ")]
+    # etcd 3.6 guards modules it must never depend on with a replace to a folder that does
+    # not exist (``go.etcd.io/etcd => ./FORBIDDEN_DEPENDENCY``): not a sibling to pin.
     local = sorted(
-        {m[1] for ln in upstream.splitlines() if (m := _LOCAL_REPLACE.match(ln)) and m[1] != module}
+        {m[1] for ln in upstream.splitlines()
+         if (m := _LOCAL_REPLACE.match(ln)) and m[1] != module
+         and "FORBIDDEN_DEPENDENCY" not in m[2]}
     )
     if module == "k8s.io/kubernetes":
         if not local:

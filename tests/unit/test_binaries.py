@@ -74,6 +74,35 @@ def test_wrapper_gomod_keeps_go_and_godebug_and_pins_staging_modules() -> None:
     assert "./staging" not in gomod
 
 
+ETCD_36_UPSTREAM = """module go.etcd.io/etcd/server/v3
+
+go 1.24
+
+replace (
+	go.etcd.io/etcd/api/v3 => ../api
+	go.etcd.io/etcd/client/pkg/v3 => ../client/pkg
+)
+
+// Bad imports are sometimes causing attempts to pull that code.
+// This makes the error more explicit.
+replace go.etcd.io/etcd => ./FORBIDDEN_DEPENDENCY
+
+replace go.etcd.io/tests/v3 => ./FORBIDDEN_DEPENDENCY
+"""
+
+
+def test_wrapper_gomod_pins_etcd_siblings_and_skips_its_forbidden_dependency_guards() -> None:
+    # etcd v3.6.x's server/go.mod, as the Go module proxy serves it: pinning the guards
+    # ("go.etcd.io/etcd v3.6.16") is a go.mod go refuses (v3 without /v3 in the path).
+    gomod = binaries.wrapper_gomod(ETCD_36_UPSTREAM, "go.etcd.io/etcd/server/v3", "v3.6.16",
+                                   ["go.etcd.io/etcd/server/v3"])
+    lines = [line.strip() for line in gomod.splitlines()]
+    assert "go.etcd.io/etcd/api/v3 => go.etcd.io/etcd/api/v3 v3.6.16" in lines
+    assert "go.etcd.io/etcd/client/pkg/v3 => go.etcd.io/etcd/client/pkg/v3 v3.6.16" in lines
+    assert "FORBIDDEN" not in gomod and "go.etcd.io/tests" not in gomod
+    assert not any(line.startswith("go.etcd.io/etcd =>") for line in lines)
+
+
 def test_versions_resolve_to_pinned_patches_and_bad_ones_say_what_is_supported(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
