@@ -23,6 +23,7 @@ from backup_operator import operator
 
 from operator_kit import _pki
 from operator_kit.certificates import ExternalCertificate, service_dns_names
+from operator_kit.localcluster import find_or_build
 from operator_kit.manifests._deploy import GUNICORN_ARGS
 from operator_kit.testing import Namespace, TestCluster, eventually
 from operator_kit.testing.deploy import LocalDeployment, Replica
@@ -34,7 +35,6 @@ from tests.cluster.test_certificate_keeping import (
     sample_served,
 )
 
-KUBECTL = Path.home() / ".cache/operator_kit/bin/kubernetes-v1.36.3/kubectl"
 APP = "backup_operator:operator"
 
 
@@ -52,8 +52,10 @@ def readyz(port: int) -> int:
 
 def can_i(cluster: TestCluster, namespace: str, *args: str) -> bool:
     """``kubectl auth can-i ARGS --as`` the operator's ServiceAccount in `namespace`."""
+    kubectl = find_or_build(log=False).kubectl  # the plane's own, whatever its version
+    assert kubectl is not None, "operator_kit.localcluster builds kubectl with the plane"
     result = subprocess.run(
-        [str(KUBECTL), "--kubeconfig", cluster.kubeconfig, "auth", "can-i", *args,
+        [str(kubectl), "--kubeconfig", cluster.kubeconfig, "auth", "can-i", *args,
          f"--as=system:serviceaccount:{namespace}:backup-operator"],
         capture_output=True, text=True, timeout=30, check=False)
     assert result.stdout.strip() in ("yes", "no"), result.stdout + result.stderr
