@@ -13,10 +13,16 @@ takes the connection up to the last byte of the body, at most ``OPERATOR_KIT_REA
 seconds (default 5; the API server sends even a review of several MiB in milliseconds). A
 request not received by then has its connection shut down, which wakes the thread
 blocked on it; the connection is closed, a warning names the client, and
-``operator_kit_webhook_read_timeouts_total{stage}`` counts it. A connection that
-finished its TLS handshake but never began a request is closed the same way, logged at
-debug level only: Go's HTTP client, the API server's, sometimes dials one ahead and
-leaves it idle, and gunicorn would hold a thread on it until the client hangs up.
+``operator_kit_webhook_read_timeouts_total{stage}`` counts it.
+
+A new connection holds a thread only while it has something to read: once its TLS
+handshake is done, if no request byte follows within ``REQUEST_GRACE`` (0.2 s) it goes back
+to gunicorn's poller, like a kept-alive connection between requests, and costs no thread
+until a request arrives (or ``keepalive`` passes). Go's HTTP client, the API server's,
+dials connections ahead and parks the spare ones; held in threads, a burst of them took
+all 8 and a review on a new connection queued behind them for up to two read deadlines.
+(gunicorn older than 26 cannot take a connection back: there such a connection holds its
+thread until its deadline, and is then closed, logged at debug level only.)
 
 The time a handler takes once it has read the body does not count, nor does writing the
 answer (a route that never reads its body keeps the clock running while it works: the
@@ -31,13 +37,16 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import socket
+import ssl
 import threading
 import time
 import weakref
 from collections.abc import Callable
 from typing import Any
 
+from gunicorn.workers import gthread
 from gunicorn.workers.gthread import ThreadWorker as _GThreadWorker
 
 from operator_kit.metrics import WEBHOOK_READ_TIMEOUTS
@@ -46,6 +55,13 @@ logger = logging.getLogger("operator_kit.gunicorn")
 
 DEFAULT_READ_TIMEOUT = 5.0
 CHECK_INTERVAL = 0.1
+REQUEST_GRACE = 0.2
+"""How long a thread waits, after a new connection's TLS handshake, for its first request
+byte before handing the connection back to the poller."""
+
+# gunicorn >= 26 has "give it back to the poller"; older ones keep the thread.
+_DEFER: Any = getattr(gthread, "_DEFER", None)
+DATA_TIMEOUT: float = getattr(gthread, "DEFAULT_WORKER_DATA_TIMEOUT", 5.0)
 
 
 def read_timeout_from_env() -> float:
@@ -166,10 +182,44 @@ class ThreadWorker(_GThreadWorker):  # type: ignore[misc]
         else:
             self.read_deadlines.begin(conn, CONNECTING)
             self._follow_stages(conn)
+            if _DEFER is not None:
+                deferred = self._handshake_or_defer(conn)
+                if deferred is not None:
+                    self.read_deadlines.end(conn)
+                    return deferred
         try:
             return super().handle(conn)
         finally:
             self.read_deadlines.end(conn)
+
+    def _handshake_or_defer(self, conn: Any) -> Any:
+        """Do a new connection's TLS handshake here; hand it back to the poller (no thread
+        held) if no request byte follows within REQUEST_GRACE seconds.
+
+        Go's HTTP client (the API server's) dials connections ahead and parks the spare
+        ones: blocked on them until the read deadline, 8 threads were soon all held by
+        connections that carry no request, and a review on a new connection queued behind
+        them for up to two read deadlines. Parked in the poller like a kept-alive
+        connection, an idle one costs a socket until ``keepalive``, and no thread.
+
+        None: go on in this thread (the handshake is done, or not wanted: plain HTTP,
+        HTTP/2). `_DEFER`, or False when the handshake failed (logged at debug level, as
+        gunicorn logs a client that goes away)."""
+        if not getattr(self.cfg, "is_ssl", False) or not callable(getattr(conn, "init", None)):
+            return None
+        if not conn.data_ready and not conn.wait_for_data(DATA_TIMEOUT):
+            return _DEFER
+        try:
+            conn.sock.setblocking(True)
+            conn.init()
+        except (ssl.SSLError, OSError, ValueError) as err:
+            logger.debug("TLS handshake with %s failed: %s",
+                         _address(getattr(conn, "client", None)), err)
+            shut_down(conn.sock)  # gunicorn closes it: at once, there is nothing to drain
+            return False
+        if getattr(conn, "is_http2", False) or _request_waiting(conn.sock, REQUEST_GRACE):
+            return None
+        return _DEFER
 
     def handle_request(self, req: Any, conn: Any) -> Any:
         # The headers are in. The read ends with the body: now if there is none, else when
@@ -237,6 +287,18 @@ class ThreadWorker(_GThreadWorker):  # type: ignore[misc]
                         "within %.1f s (a slow or stalled client; OPERATOR_KIT_READ_TIMEOUT)",
                         client, self.read_deadlines.timeout,
                     )
+
+
+def _request_waiting(sock: Any, timeout: float) -> bool:
+    """Whether bytes of a request are (or within `timeout` become) readable on `sock`."""
+    pending = getattr(sock, "pending", None)
+    if callable(pending) and pending() > 0:  # already decrypted, in the TLS buffer
+        return True
+    try:
+        readable, _, _ = select.select([sock], [], [], timeout)
+    except (OSError, ValueError):  # closed meanwhile: let the thread find out
+        return True
+    return bool(readable)
 
 
 def _address(client: Any) -> str:

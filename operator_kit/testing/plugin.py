@@ -8,6 +8,7 @@ per test, deleted afterwards.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -40,12 +41,18 @@ def cluster() -> TestCluster:
         pytest.skip(str(err))
 
 
+def namespace_prefix(test_name: str) -> str:
+    """A namespace name prefix from a test's name: a parametrized test's ``[id]`` and any
+    other character a DNS label refuses become ``-`` (``test_x[a_1]`` → ``x-a-1``)."""
+    name = re.sub(r"[^a-z0-9]+", "-", test_name.removeprefix("test_").lower())
+    return name[:40].strip("-") or "test"
+
+
 @pytest.fixture
 def namespace(cluster: TestCluster, request: pytest.FixtureRequest) -> Iterator[Namespace]:
     """A fresh namespace for this test (a `Namespace`: `.name`, `.apply`, `.get`,
     `.list`), named after the test and labelled ``operator-kit-test=true``; deleted
     afterwards (without waiting for it to go)."""
-    prefix = request.node.name.removeprefix("test_").replace("_", "-")[:40].strip("-").lower()
-    ns = cluster.namespace(prefix or "test")
+    ns = cluster.namespace(namespace_prefix(request.node.name))
     yield ns
     ns.delete()

@@ -71,6 +71,7 @@ class Writers:
             body = {"apiVersion": f"example.com/{version}", "kind": "Backup",
                     "metadata": {"name": f"w{index}-{n}"},
                     "spec": {**spec, "schedule": "0 3 * * *"}}
+            sent = time.strftime("%H:%M:%S")
             try:
                 answer = self.api.request(
                     "POST", f"/apis/example.com/{version}/namespaces/{self.namespace}/backups",
@@ -79,8 +80,9 @@ class Writers:
             except (ApiException, AssertionError, OSError) as err:
                 with self._lock:
                     detail = getattr(err, "body", None) or str(err)
-                    self.refused.append(f"{time.strftime('%H:%M:%S')} {version} "
-                                        f"{type(err).__name__}: {str(detail)[:400]}")
+                    self.refused.append(
+                        f"sent {sent}, refused {time.strftime('%H:%M:%S')}: {version} "
+                        f"{type(err).__name__}: {str(detail)[:400]}")
             with self._lock:
                 self.done += 1
             time.sleep(0.05)
