@@ -40,16 +40,30 @@ class Clock:
         with self._lock:
             self.offset += dt.timedelta(minutes=minutes)
 
+    def reset(self) -> None:
+        with self._lock:
+            self.offset = dt.timedelta()
+
 
 @pytest.fixture(scope="module")
-def clock() -> Clock:
+def shared_clock() -> Clock:
     return Clock()
 
 
+@pytest.fixture
+def clock(shared_clock: Clock) -> Clock:
+    """The operator's clock, back at real time for each test: a CronJob's first run
+    counts from its creationTimestamp (the API server's real time), so an offset left
+    by an earlier test would make runs look missed the moment it is created."""
+    shared_clock.reset()
+    return shared_clock
+
+
 @pytest.fixture(scope="module")
-def cronjob_operator(cluster: TestCluster, clock: Clock) -> Iterator[Operator]:
+def cronjob_operator(cluster: TestCluster, shared_clock: Clock) -> Iterator[Operator]:
     cluster.install_crd(CronJob)
-    with running(Operator("cronjob-operator", [CronJobController(clock)]), cluster) as op:
+    with running(Operator("cronjob-operator", [CronJobController(shared_clock)]),
+                 cluster) as op:
         yield op
 # --8<-- [end:fixtures]
 
