@@ -102,8 +102,8 @@ from typing import IO, TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from kubernetes import client as k8s
 
-    from operator_kit.client import Api
-    from operator_kit.resources import CustomResource
+    from operator_kit.api.resources import CustomResource
+    from operator_kit.client.transport import Api
 
 GROUP = "bench.operator-kit.test"
 VERSION = "v1"

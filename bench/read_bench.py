@@ -96,8 +96,8 @@ def read_kind() -> Any:
 
 def worker(kubeconfig: str, namespace: str, contender: str, count: int, threads: int) -> None:
     from operator_kit import Action, Context, Controller, Operator, Owns, Watch
-    from operator_kit.client import api_client
-    from operator_kit.objects import Objects
+    from operator_kit.client.transport import api_client
+    from operator_kit.runtime.objects import Objects
 
     ReadItem = read_kind()
     done = threading.Event()
@@ -220,7 +220,7 @@ def cluster(kubeconfig: str | None, workdir: Path) -> Iterator[str]:
 
 
 def run(options: argparse.Namespace) -> int:
-    from operator_kit.client import Api, api_client
+    from operator_kit.client.transport import Api, api_client
     from operator_kit.testing import TestCluster
 
     results: list[dict[str, Any]] = []

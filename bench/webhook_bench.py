@@ -13,7 +13,7 @@ python:operator_kit.gunicorn_conf`` (1 gthread worker, 8 threads, TLS) on 127.0.
 - *mutate*: the framework's mutating webhook (adds a label: a JSON patch is computed), for
   reference;
 - *bare, gthread*: the bare endpoint on gunicorn's own gthread worker instead of
-  `operator_kit.gunicorn_worker.ThreadWorker`, to show what its read deadline costs.
+  `operator_kit.webhooks.gunicorn_worker.ThreadWorker`, to show what its read deadline costs.
 
 A thread pool of keep-alive HTTPS clients (``http.client``) sends the same
 AdmissionReview (a ~1.4 KB object with managedFields, as the API server sends) as fast as
@@ -48,10 +48,10 @@ from pathlib import Path
 
 import flask
 
-from operator_kit.certificates import WebhookCertificate
-from operator_kit.resources import CustomResource
+from operator_kit.api.resources import CustomResource
 from operator_kit.testing import stop_process
-from operator_kit.webhooks import AdmissionRequest, Denied, Webhooks
+from operator_kit.webhooks.certificates import WebhookCertificate
+from operator_kit.webhooks.server import AdmissionRequest, Denied, Webhooks
 
 # ---------------------------------------------------------------------- the two apps
 

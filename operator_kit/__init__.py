@@ -8,17 +8,12 @@ certificate, manifests generated from the code, metrics and probes.
 Only the public names are here; everything else is internal to its module.
 """
 
-from operator_kit import filters
-from operator_kit.conditions import Condition, Conditions, find_condition, set_condition
-from operator_kit.context import Context
-from operator_kit.controller import Action, Controller, Index, Owns, Watch
-from operator_kit.kinds import Kind
-from operator_kit.leader import LeaderElection
-from operator_kit.operator import Operator
-from operator_kit.rbac import Rule
-from operator_kit.resources import CustomResource, InvalidResource, PrinterColumn
-from operator_kit.sharding import Sharding
-from operator_kit.validation import (
+from operator_kit._version import __version__ as __version__
+from operator_kit.api.conditions import Condition, Conditions, find_condition, set_condition
+from operator_kit.api.kinds import Kind
+from operator_kit.api.rbac import Rule
+from operator_kit.api.resources import CustomResource, InvalidResource, PrinterColumn
+from operator_kit.api.validation import (
     CelRule,
     ExclusiveMaximum,
     ExclusiveMinimum,
@@ -38,8 +33,12 @@ from operator_kit.validation import (
     UniqueItems,
     cel_rules,
 )
-
-__version__ = "0.1.0"
+from operator_kit.election.leader import LeaderElection
+from operator_kit.election.sharding import Sharding
+from operator_kit.operator import Operator
+from operator_kit.runtime import filters
+from operator_kit.runtime.context import Context
+from operator_kit.runtime.controller import Action, Controller, Index, Owns, Watch
 
 __all__ = [
     "Action",

@@ -54,6 +54,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from operator_kit import logs
+from operator_kit._version import __version__ as kit_version
+from operator_kit.settings import NAME_ENV
 
 if TYPE_CHECKING:
     from operator_kit.operator import Operator
@@ -70,13 +72,6 @@ ENV = {
     "log_format": "OPERATOR_KIT_LOG_FORMAT",
     "health_probe_bind_address": "OPERATOR_KIT_HEALTH_PROBE_BIND_ADDRESS",
     "metrics_bind_address": "OPERATOR_KIT_METRICS_BIND_ADDRESS",
-}
-# The names of the operator's webhook Service and configurations, when its manifests were
-# renamed (a kustomize namePrefix rewrites these values in the Deployment too).
-NAME_ENV = {
-    "webhook_service": "OPERATOR_KIT_WEBHOOK_SERVICE",
-    "validating_configuration": "OPERATOR_KIT_VALIDATING_WEBHOOK_CONFIGURATION",
-    "mutating_configuration": "OPERATOR_KIT_MUTATING_WEBHOOK_CONFIGURATION",
 }
 PROBE_PORT, METRICS_PORT = 8081, 8080
 
@@ -331,8 +326,6 @@ def _program() -> tuple[str, str]:
 
 def _version(operator: Operator, module: str) -> str:
     """``<operator> <its package's version> (operator_kit <version>)``."""
-    from operator_kit import __version__ as kit
-
     package = module.partition(".")[0]
     mine = "(unknown version)"
     if package:
@@ -344,7 +337,7 @@ def _version(operator: Operator, module: str) -> str:
             except importlib.metadata.PackageNotFoundError:
                 continue
         mine = str(found) if found else mine
-    return f"{operator.name} {mine} (operator_kit {kit})"
+    return f"{operator.name} {mine} (operator_kit {kit_version})"
 
 
 def main(operator: Operator, argv: list[str] | None = None,
@@ -360,7 +353,7 @@ def main(operator: Operator, argv: list[str] | None = None,
     except UsageError as err:
         return _usage(prog, err)
     if settings.manifests is not None:
-        from operator_kit.manifests.__main__ import main as manifests
+        from operator_kit.manifests._command import run as manifests
 
         return manifests(settings.manifests, operator=operator,
                          app=f"{module or 'main'}:operator")
@@ -384,7 +377,7 @@ def _check_connection_settings(operator: Operator) -> None:
     """Load the kubeconfig now (no request is sent), so a bad one is a usage error."""
     from kubernetes.config import ConfigException
 
-    from operator_kit.client import ConfigurationError
+    from operator_kit.client.transport import ConfigurationError
 
     try:
         operator.api  # noqa: B018 - builds the ApiClient from the configuration

@@ -6,7 +6,7 @@ Every setting can still be overridden on the command line or with ``GUNICORN_CMD
 
 Why these values:
 
-- ``workers = 1``, a gthread worker (`operator_kit.gunicorn_worker.ThreadWorker`), 8
+- ``workers = 1``, a gthread worker (`operator_kit.webhooks.gunicorn_worker.ThreadWorker`), 8
   threads: an operator's controllers run inside the worker that loads the app
   (`operator_kit.webhooks.load_app` starts them), so a second worker would run every
   controller twice. Threads give the concurrency a webhook needs; handlers are short and
@@ -61,10 +61,10 @@ from typing import Any
 from gunicorn.glogging import Logger
 
 from operator_kit import logs
-from operator_kit.certificates import TLS_CERT_ENV, TLS_KEY_ENV
-from operator_kit.gunicorn_worker import read_timeout_from_env
-from operator_kit.tls import ServingContext
-from operator_kit.webhooks import APP_ENV
+from operator_kit.webhooks.certificates import TLS_CERT_ENV, TLS_KEY_ENV
+from operator_kit.webhooks.gunicorn_worker import read_timeout_from_env
+from operator_kit.webhooks.server import APP_ENV
+from operator_kit.webhooks.tls import ServingContext
 
 _TRUE = ("1", "true", "yes", "on")
 
@@ -117,7 +117,7 @@ def _prepare_tls() -> None:
     spec = os.environ.get(APP_ENV)
     if not (directory and spec and _managed()):
         return
-    from operator_kit.webhooks import import_target
+    from operator_kit.webhooks.server import import_target
 
     prepare = getattr(import_target(spec), "prepare_webhook_tls", None)
     if callable(prepare):  # an Operator: does nothing when it has no webhooks
@@ -153,7 +153,7 @@ _prepare_tls()
 
 wsgi_app = "operator_kit.webhooks:app"
 bind = [os.environ.get("OPERATOR_KIT_BIND") or ("0.0.0.0:8443" if _in_pod else "127.0.0.1:8443")]
-worker_class = "operator_kit.gunicorn_worker.ThreadWorker"
+worker_class = "operator_kit.webhooks.gunicorn_worker.ThreadWorker"
 read_timeout_from_env()  # a malformed OPERATOR_KIT_READ_TIMEOUT stops the start here
 workers = 1
 threads = int(os.environ.get("OPERATOR_KIT_THREADS", "8"))
@@ -170,7 +170,7 @@ def ssl_context(conf: Any, default_ssl_context_factory: Callable[[], ssl.SSLCont
                 ) -> ssl.SSLContext:
     """Every new connection's context: the current certificate, under the TLS policy."""
     if _serving is None:  # certificate files given on the command line instead
-        from operator_kit.tls import apply_policy
+        from operator_kit.webhooks.tls import apply_policy
 
         return apply_policy(default_ssl_context_factory())
     return _serving.context(default_ssl_context_factory)
@@ -199,7 +199,7 @@ def _keep_tls() -> None:
     directory = os.environ.get("OPERATOR_KIT_TLS_DIR")
     if not directory:
         return
-    from operator_kit.webhooks import loaded_target
+    from operator_kit.webhooks.server import loaded_target
 
     keep = getattr(loaded_target(), "keep_webhook_tls", None)
     if callable(keep):
@@ -214,7 +214,7 @@ def post_fork(server: Any, worker: Any) -> None:
 
 def worker_exit(server: Any, worker: Any) -> None:
     """In the worker, as it exits: stop the Operator it loaded (controllers, the Lease)."""
-    from operator_kit.webhooks import loaded_target
+    from operator_kit.webhooks.server import loaded_target
 
     stop = getattr(loaded_target(), "stop", None)
     if callable(stop):

@@ -45,8 +45,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from operator_kit.rbac import guess_plural
-from operator_kit.resources import _GROUP
+from operator_kit.api.rbac import guess_plural
+from operator_kit.api.resources import _GROUP
 
 PACKAGE_INIT = r'''
 """{{name}}: {{kind}} resources ({{group}}) become ConfigMaps.
@@ -72,7 +72,7 @@ from operator_kit import (
     Operator,
     set_condition,
 )
-from operator_kit.webhooks import AdmissionRequest, Denied
+from operator_kit.webhooks.server import AdmissionRequest, Denied
 
 
 @dataclass

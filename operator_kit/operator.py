@@ -26,21 +26,22 @@ from typing import TYPE_CHECKING, Any
 
 from kubernetes import client
 
-from operator_kit import leader, sharding
-from operator_kit.client import Api, api_client, current_namespace
-from operator_kit.controller import Controller, ControllerRunner
-from operator_kit.events import EventRecorder
-from operator_kit.kinds import Kind
-from operator_kit.leader import LeaderElection, LeaderElector
-from operator_kit.objects import Objects
-from operator_kit.rbac import Rule, merge_rules
-from operator_kit.resources import CustomResource
-from operator_kit.sharding import Members, Membership, Sharder, Sharding
-from operator_kit.watching import Informers
+from operator_kit.api.kinds import Kind
+from operator_kit.api.rbac import Rule, merge_rules
+from operator_kit.api.resources import CustomResource
+from operator_kit.client.events import EventRecorder
+from operator_kit.client.transport import Api, api_client, current_namespace
+from operator_kit.election import leader, sharding
+from operator_kit.election.leader import LeaderElection, LeaderElector
+from operator_kit.election.sharding import Members, Membership, Sharder, Sharding
+from operator_kit.runtime.controller import Controller, ControllerRunner
+from operator_kit.runtime.objects import Objects
+from operator_kit.runtime.scope import ShardScope
+from operator_kit.runtime.watching import Informers
 
 if TYPE_CHECKING:
-    from operator_kit.certificates import ExternalCertificate
-    from operator_kit.webhooks import Registration, Webhooks
+    from operator_kit.webhooks.certificates import ExternalCertificate
+    from operator_kit.webhooks.server import Registration, Webhooks
 
 log = logging.getLogger("operator_kit.operator")
 
@@ -193,7 +194,7 @@ class Operator:
     def webhooks(self) -> Webhooks:
         """The Flask app that serves this operator's webhooks, probes and metrics."""
         if self._webhooks is None:
-            from operator_kit.webhooks import Webhooks
+            from operator_kit.webhooks.server import Webhooks
 
             self._webhooks = Webhooks(self.name)
             _add_probes(self._webhooks, self)
@@ -262,7 +263,7 @@ class Operator:
         keeper.start(self.stopping)
 
     def _certificate_keeper(self, api: Api, directory: str, *, manage: bool) -> Any:
-        from operator_kit.certkeeper import CertificateKeeper, Rotation
+        from operator_kit.webhooks.certkeeper import CertificateKeeper, Rotation
 
         keeper = self._tls_keeper
         if keeper is None or keeper.manage != manage:
@@ -424,7 +425,7 @@ class Operator:
                 self._sharder.start()
 
     def _run_controllers(self, controllers: Sequence[Controller[Any]],
-                         may_reconcile: Any, shard: sharding.ShardScope | None = None) -> None:
+                         may_reconcile: Any, shard: ShardScope | None = None) -> None:
         with self._lock:
             if self.stopping.is_set():
                 return
@@ -461,7 +462,7 @@ class Operator:
         membership: sharding.Membership
 
         def joined() -> None:
-            scope = sharding.ShardScope(config.label_key(self.name),
+            scope = ShardScope(config.label_key(self.name),
                                         config.drain_label_key(self.name),
                                         membership.identity, self.name)
             self._run_controllers(sharded, membership.may_reconcile, scope)

@@ -13,8 +13,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from operator_kit.api.resources import CustomResource, PrinterColumn
 from operator_kit.manifests._webhooks import WebhookTarget
-from operator_kit.resources import CustomResource, PrinterColumn
 
 __all__ = ["crd", "with_conversion_webhook"]
 

@@ -32,16 +32,17 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from operator_kit.certificates import INJECT_CA_FROM, ExternalCertificate
+from operator_kit.api.resources import CustomResource
 from operator_kit.manifests._crd import crd, with_conversion_webhook
 from operator_kit.manifests._labels import RecommendedLabels, labelled, version_of_image
 from operator_kit.manifests._rbac import Rbac
 from operator_kit.manifests._webhooks import WebhookRule, WebhookTarget, webhook_configuration
-from operator_kit.resources import CustomResource
+from operator_kit.settings import NAME_ENV
+from operator_kit.webhooks.certificates import INJECT_CA_FROM, ExternalCertificate
 
 if TYPE_CHECKING:
     from operator_kit.operator import Operator
-    from operator_kit.webhooks import Registration
+    from operator_kit.webhooks.server import Registration
 
 WEBHOOK_PORT = 8443
 # What the operator's image runs after ``gunicorn`` (LocalDeployment runs the same).
@@ -125,10 +126,8 @@ def _made_by_kubernetes(namespace: str) -> bool:
 
 def _names_env(operator: Operator, registrations: Sequence[Registration]) -> dict[str, str]:
     """The names the operator refers to at run time, as the Deployment tells it them
-    (`operator_kit.cli.NAME_ENV`): a kustomize namePrefix rewrites these values with the
+    (`operator_kit.settings.NAME_ENV`): a kustomize namePrefix rewrites these values with the
     objects' names (kustomizeconfig.yaml)."""
-    from operator_kit.cli import NAME_ENV
-
     if not registrations:
         return {}
     types = {r.type for r in registrations}

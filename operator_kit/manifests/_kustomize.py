@@ -14,7 +14,7 @@ renamed object:
 - the ``resourceNames`` of the ClusterRole rules that let the operator patch the caBundle
   of its webhook configurations;
 - the Deployment's environment variables that tell the operator the names of its
-  webhook Service and configurations (`operator_kit.cli.NAME_ENV`), so the running
+  webhook Service and configurations (`operator_kit.settings.NAME_ENV`), so the running
   operator patches and serves under the new names.
 
 kustomize itself already follows the Service in webhook configurations, the

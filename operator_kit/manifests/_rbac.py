@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from operator_kit.rbac import Rule, merge_rules
+from operator_kit.api.rbac import Rule, merge_rules
 
 LEASE_RULE = Rule(["coordination.k8s.io"], ["leases"], ["create", "get", "update"])
 """The Lease verbs on any Lease; `Rbac.leader_election` narrows get and update to one name."""

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from operator_kit.resources import CustomResource
+from operator_kit.api.resources import CustomResource
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ import uuid
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from operator_kit.kinds import Kind
-from operator_kit.resources import CustomResource
+from operator_kit.api.kinds import Kind
+from operator_kit.api.resources import CustomResource
 
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
 

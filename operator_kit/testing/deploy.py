@@ -34,7 +34,7 @@ from kubernetes.client.exceptions import ApiException
 from operator_kit.localcluster.plane import free_port
 from operator_kit.manifests._deploy import GUNICORN_ARGS, operator_manifests
 from operator_kit.operator import Operator
-from operator_kit.testing import Namespace, TestCluster, eventually
+from operator_kit.testing.cluster import Namespace, TestCluster, eventually
 
 FIELD_MANAGER = "operator-kit-local-deploy"
 

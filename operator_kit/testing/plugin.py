@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from operator_kit.testing import Namespace, NoTestCluster, TestCluster
+from operator_kit.testing.cluster import Namespace, NoTestCluster, TestCluster
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -23,11 +23,11 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from operator_kit.client import Api
-from operator_kit.controller import Action, Controller, ControllerRunner, _Conflict
-from operator_kit.events import EventRecorder
-from operator_kit.testing import FIELD_MANAGER, Namespace, TestCluster
-from operator_kit.watching import Informers
+from operator_kit.client.events import EventRecorder
+from operator_kit.client.transport import Api
+from operator_kit.runtime.controller import Action, Controller, ControllerRunner, _Conflict
+from operator_kit.runtime.watching import Informers
+from operator_kit.testing.cluster import FIELD_MANAGER, Namespace, TestCluster
 
 
 def reconcile_once(controller: Controller[Any], cluster: TestCluster, name: str,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from operator_kit import Action, Context, Controller, CustomResource, Operator
-from operator_kit.webhooks import AdmissionRequest
+from operator_kit.webhooks.server import AdmissionRequest
 
 
 @dataclass

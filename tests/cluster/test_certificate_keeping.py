@@ -23,12 +23,12 @@ from backup_operator import operator
 from cryptography import x509
 from kubernetes.client.exceptions import ApiException
 
-from operator_kit.certificates import WebhookCertificate
-from operator_kit.certkeeper import CertificateKeeper, Rotation, trusted_by
-from operator_kit.client import Api, api_client
-from operator_kit.events import EventRecorder
+from operator_kit.client.events import EventRecorder
+from operator_kit.client.transport import Api, api_client
 from operator_kit.testing import Namespace, TestCluster, eventually
 from operator_kit.testing.deploy import LocalDeployment
+from operator_kit.webhooks.certificates import WebhookCertificate
+from operator_kit.webhooks.certkeeper import CertificateKeeper, Rotation, trusted_by
 
 SAMPLE_DIR = str(Path(__file__).resolve().parents[2] / "samples" / "backup")
 REG = "/apis/admissionregistration.k8s.io/v1"

@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from operator_kit.client import Api, api_client
+from operator_kit.client.transport import Api, api_client
 from operator_kit.testing import Namespace, TestCluster, eventually
 from operator_kit.testing.deploy import service_account_kubeconfig
 

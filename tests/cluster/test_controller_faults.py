@@ -20,7 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client import REGISTRY
 
 from operator_kit import Operator
-from operator_kit.client import api_client
+from operator_kit.client.transport import api_client
 from operator_kit.localcluster import LocalCluster
 from operator_kit.testing import Namespace, TestCluster, eventually
 from operator_kit.testing.deploy import service_account_kubeconfig
@@ -443,7 +443,7 @@ def test_connections_to_the_api_server_carry_tcp_keepalive(cluster: TestCluster)
 
     from kubernetes import client
 
-    from operator_kit.client import KEEPALIVE_COUNT, KEEPALIVE_IDLE, KEEPALIVE_INTERVAL
+    from operator_kit.client.transport import KEEPALIVE_COUNT, KEEPALIVE_IDLE, KEEPALIVE_INTERVAL
 
     fresh = api_client(cluster.kubeconfig)
     client.VersionApi(fresh).get_code()

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from operator_kit.certificates import WebhookCertificate
 from operator_kit.localcluster.plane import free_port
 from operator_kit.testing import Namespace, TestCluster, eventually
+from operator_kit.webhooks.certificates import WebhookCertificate
 
 from .conftest import create_widget
 

@@ -22,11 +22,11 @@ import pytest
 from backup_operator import operator
 
 from operator_kit import _pki
-from operator_kit.certificates import ExternalCertificate, service_dns_names
 from operator_kit.localcluster import find_or_build
 from operator_kit.manifests._deploy import GUNICORN_ARGS
 from operator_kit.testing import Namespace, TestCluster, eventually
 from operator_kit.testing.deploy import LocalDeployment, Replica
+from operator_kit.webhooks.certificates import ExternalCertificate, service_dns_names
 from tests.cluster.test_certificate_keeping import (
     SAMPLE_DIR,
     TARGETS,
@@ -273,8 +273,8 @@ def test_a_cert_manager_secret_mounted_is_served_reloaded_and_the_ca_bundle_left
 def test_a_running_replica_whose_configuration_another_installation_took_over_steps_back(
         cluster: TestCluster, namespace: Namespace, tmp_path: Path) -> None:
     """team-b's manifests applied without --check: team-a's keeper never patches back."""
-    from operator_kit.certkeeper import CertificateKeeper, Rotation
-    from operator_kit.events import EventRecorder
+    from operator_kit.client.events import EventRecorder
+    from operator_kit.webhooks.certkeeper import CertificateKeeper, Rotation
 
     deployed = LocalDeployment(cluster, operator, app=APP, namespace=namespace.name,
                                replicas=1, pythonpath=[SAMPLE_DIR])

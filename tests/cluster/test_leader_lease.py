@@ -15,8 +15,8 @@ import pytest
 from kubernetes import client
 from prometheus_client import REGISTRY
 
-from operator_kit.client import Api
-from operator_kit.leader import LeaderElection, LeaderElector
+from operator_kit.client.transport import Api
+from operator_kit.election.leader import LeaderElection, LeaderElector
 from operator_kit.testing import Namespace, TestCluster, eventually
 
 SHORT = LeaderElection(lease_duration=3, renew_deadline=2, retry_period=0.5)

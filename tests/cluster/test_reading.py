@@ -28,9 +28,9 @@ from operator_kit import (
     Watch,
     filters,
 )
-from operator_kit.client import Api, api_client
+from operator_kit.client.transport import Api, api_client
 from operator_kit.manifests._deploy import operator_manifests
-from operator_kit.objects import Objects
+from operator_kit.runtime.objects import Objects
 from operator_kit.testing import Namespace, TestCluster, eventually
 from operator_kit.testing.deploy import service_account_kubeconfig
 

@@ -290,15 +290,15 @@ def test_patching_the_same_obj_twice_writes_what_the_second_patch_says(
 
 def test_patch_status_of_a_kind_without_status_is_a_type_error_before_any_request(
         cluster: TestCluster, namespace: Namespace) -> None:
-    from operator_kit.context import Context as Ctx
-    from operator_kit.events import EventRecorder
+    from operator_kit.client.events import EventRecorder
+    from operator_kit.runtime.context import Context as Ctx
 
     cluster.install_crd(Gadget)
     created = namespace.api.request(
         "POST", f"/apis/{Gadget.api_version()}/namespaces/{namespace.name}/gadgets",
         body=Gadget("g", GadgetSpec(), namespace=namespace.name).to_dict())
     gadget = Gadget.from_dict(created)
-    from operator_kit.client import Api
+    from operator_kit.client.transport import Api
 
     api = Api(cluster.client)
     sent: list[str] = []
@@ -325,7 +325,7 @@ def test_a_label_storm_over_reconciled_objects_writes_no_status_and_no_event(
         cluster: TestCluster, namespace: Namespace, run_operator: Any) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    from operator_kit.client import request_counts
+    from operator_kit.client.transport import request_counts
 
     from .conftest import WidgetController
 

@@ -21,7 +21,7 @@ from typing import IO
 
 import pytest
 
-from operator_kit.sharding import Ring, ring_key
+from operator_kit.election.sharding import Ring, ring_key
 from operator_kit.testing import Namespace, TestCluster, eventually
 
 from .conftest import create_widget, widget_path

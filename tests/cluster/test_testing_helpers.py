@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from operator_kit import Action, Context, Controller
-from operator_kit.client import request_counts
+from operator_kit.client.transport import request_counts
 from operator_kit.testing import Namespace, TestCluster, reconcile_once
 
 from .conftest import Widget, WidgetController, create_widget, widget_path

@@ -33,12 +33,12 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from operator_kit.certificates import WebhookCertificate
-from operator_kit.client import Api, api_client
+from operator_kit.api.resources import CustomResource
+from operator_kit.client.transport import Api, api_client
 from operator_kit.manifests import WebhookTarget, crd, with_conversion_webhook
-from operator_kit.resources import CustomResource
 from operator_kit.testing import Namespace, TestCluster, eventually, stop_process
-from operator_kit.webhooks import AdmissionRequest, Denied, Webhooks
+from operator_kit.webhooks.certificates import WebhookCertificate
+from operator_kit.webhooks.server import AdmissionRequest, Denied, Webhooks
 
 GROUP = "wh.operator-kit.test"
 SCENARIO = f"{GROUP}/scenario"

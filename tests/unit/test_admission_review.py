@@ -9,7 +9,7 @@ import pytest
 
 from operator_kit import CustomResource
 from operator_kit.testing import admission_review
-from operator_kit.webhooks import AdmissionRequest, Denied, Webhooks
+from operator_kit.webhooks.server import AdmissionRequest, Denied, Webhooks
 
 
 @dataclass

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from operator_kit.cache import OWNER, LabelSelector, Store
+from operator_kit.runtime.cache import OWNER, LabelSelector, Store
 
 
 def obj(name: str, namespace: str = "ns", *, labels: dict[str, str] | None = None,

@@ -20,8 +20,8 @@ import pytest
 from cryptography import x509
 from kubernetes.client.exceptions import ApiException
 
-import operator_kit.certificates as certificates
-from operator_kit.certificates import WebhookCertificate
+import operator_kit.webhooks.certificates as certificates
+from operator_kit.webhooks.certificates import WebhookCertificate
 
 DAY = datetime.timedelta(days=1)
 OTHER = WebhookCertificate.generate("other", "ns")  # a certificate unrelated to the others

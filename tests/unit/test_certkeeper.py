@@ -6,8 +6,8 @@ import datetime
 
 import pytest
 
-from operator_kit.certificates import WebhookCertificate
-from operator_kit.certkeeper import Rotation, parse_duration, plan
+from operator_kit.webhooks.certificates import WebhookCertificate
+from operator_kit.webhooks.certkeeper import Rotation, parse_duration, plan
 
 S = datetime.timedelta(seconds=1)
 ROTATION = Rotation(cert_lifetime=60 * S, ca_lifetime=300 * S, poll_interval=1, settle=2)

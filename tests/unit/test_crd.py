@@ -11,9 +11,9 @@ from typing import Any, Optional
 import pytest
 import yaml
 
+from operator_kit.api.resources import CustomResource, PrinterColumn
 from operator_kit.manifests import WebhookTarget
 from operator_kit.manifests._crd import crd, with_conversion_webhook
-from operator_kit.resources import CustomResource, PrinterColumn
 
 
 @dataclass

@@ -1,8 +1,7 @@
 """Every public name has a docstring: the API reference is generated from them.
 
 Public means: each name in ``operator_kit.__all__``; each function or class that
-``operator_kit.testing`` (and its pytest plugin's fixtures) defines without a leading
-underscore; the classes and functions of the other modules the API reference documents
+``operator_kit.testing`` exports (and its pytest plugin's fixtures); the classes and functions of the other modules the API reference documents
 (webhooks, manifests, testing.deploy, testing.faults, WebhookCertificate); for each
 public class, the methods and properties it defines itself without a leading
 underscore; for a public module (``operator_kit.filters``), its public functions.
@@ -18,17 +17,17 @@ from collections.abc import Iterator
 from typing import Any
 
 import operator_kit
-import operator_kit.certificates
 import operator_kit.manifests
 import operator_kit.testing
 import operator_kit.testing.deploy
 import operator_kit.testing.faults
 import operator_kit.testing.plugin
-import operator_kit.webhooks
+import operator_kit.webhooks.certificates
+import operator_kit.webhooks.server
 
 # Modules the API reference documents besides operator_kit itself: their __all__ (or,
 # without one, the classes and functions they define).
-REFERENCED = (operator_kit.webhooks, operator_kit.manifests, operator_kit.testing.deploy,
+REFERENCED = (operator_kit.testing, operator_kit.webhooks, operator_kit.manifests, operator_kit.testing.deploy,
               operator_kit.testing.faults)
 
 
@@ -48,7 +47,6 @@ def _public_objects() -> Iterator[tuple[str, Any]]:
             yield from _own_functions(value)
         else:
             yield f"operator_kit.{name}", value
-    yield from _own_functions(operator_kit.testing)
     for module in REFERENCED:
         exported = getattr(module, "__all__", None)
         if exported is None:
@@ -58,8 +56,8 @@ def _public_objects() -> Iterator[tuple[str, Any]]:
             value = getattr(module, name)
             if inspect.isclass(value) or inspect.isfunction(value):
                 yield f"{module.__name__}.{name}", value
-    yield ("operator_kit.certificates.WebhookCertificate",
-           operator_kit.certificates.WebhookCertificate)
+    yield ("operator_kit.webhooks.certificates.WebhookCertificate",
+           operator_kit.webhooks.certificates.WebhookCertificate)
     for name in ("cluster", "namespace"):  # the fixtures: pytest shows their docstrings
         fixture = getattr(operator_kit.testing.plugin, name)
         function = getattr(fixture, "__wrapped__", None) or getattr(fixture, "_fixture_function",

@@ -6,7 +6,7 @@ import json
 
 from kubernetes.client.exceptions import ApiException
 
-from operator_kit.client import ApiError, error_message
+from operator_kit.client.transport import ApiError, error_message
 
 
 def api_exception(status: int, reason: str, body: object) -> ApiException:

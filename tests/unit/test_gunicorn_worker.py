@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from operator_kit.gunicorn_worker import (
+from operator_kit.webhooks.gunicorn_worker import (
     CONNECTING,
     DEFAULT_READ_TIMEOUT,
     IDLE,

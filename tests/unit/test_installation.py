@@ -10,10 +10,14 @@ from pathlib import Path
 import pytest
 from backup_operator import operator
 
-from operator_kit.certificates import INJECT_CA_FROM, ExternalCertificate, WebhookCertificate
-from operator_kit.installation import foreign_owner, references
+from operator_kit.api.rbac import Rule
+from operator_kit.client.installation import foreign_owner, references
 from operator_kit.manifests import operator_manifests
-from operator_kit.rbac import Rule
+from operator_kit.webhooks.certificates import (
+    INJECT_CA_FROM,
+    ExternalCertificate,
+    WebhookCertificate,
+)
 
 
 def docs_for(namespace: str, certificate: ExternalCertificate | None = None) -> dict[str, dict]:

@@ -6,7 +6,7 @@ import pytest
 from kubernetes import client
 
 from operator_kit import Kind
-from operator_kit.kinds import Kind as KindAgain
+from operator_kit.api.kinds import Kind as KindAgain
 
 from .test_resources import Backup
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from backup_operator import operator
 
-from operator_kit.certificates import ExternalCertificate
 from operator_kit.manifests import operator_manifests, to_yaml
+from operator_kit.webhooks.certificates import ExternalCertificate
 
 KUBE_SCORE_VERSION = "v1.20.0"
 

@@ -16,9 +16,9 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 from prometheus_client import REGISTRY
 
-from operator_kit.client import Api
-from operator_kit.leader import LeaderElection, LeaderElector, default_identity, rules
-from operator_kit.rbac import Rule
+from operator_kit.api.rbac import Rule
+from operator_kit.client.transport import Api
+from operator_kit.election.leader import LeaderElection, LeaderElector, default_identity, rules
 
 NAMESPACE, NAME = "ops", "my-operator"
 LEASE_PATH = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{NAME}"

@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from operator_kit import Action, Context, Controller, CustomResource, Operator, Rule
-from operator_kit.cli import NAME_ENV, apply_environment
+from operator_kit.api.rbac import guess_plural, merge_rules
+from operator_kit.cli import apply_environment
 from operator_kit.manifests import (
     Rbac,
     WebhookRule,
@@ -22,7 +23,7 @@ from operator_kit.manifests import (
 )
 from operator_kit.manifests.__main__ import main as manifests_main
 from operator_kit.manifests._labels import version_of_image
-from operator_kit.rbac import guess_plural, merge_rules
+from operator_kit.settings import NAME_ENV
 
 
 @dataclass

@@ -18,8 +18,8 @@ import pytest
 from prometheus_client import REGISTRY, generate_latest
 
 from operator_kit import metrics
-from operator_kit.queueing import WorkQueue
-from operator_kit.webhooks import Denied, Webhooks
+from operator_kit.runtime.queueing import WorkQueue
+from operator_kit.webhooks.server import Denied, Webhooks
 from tests.unit.test_webhooks import Widget, admission, widget
 
 # The series kubebuilder's dashboards query, with the labels they group or filter by

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from operator_kit.own_writes import OwnWrites
-from operator_kit.watching import WatchEvent
+from operator_kit.runtime.own_writes import OwnWrites
+from operator_kit.runtime.watching import WatchEvent
 
 
 def config_map(name: str, version: str, namespace: str = "ns") -> dict[str, Any]:

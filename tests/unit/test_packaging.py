@@ -19,7 +19,8 @@ def test_the_installed_version_is_operator_kit_version() -> None:
 def test_the_version_is_written_once_in_the_package_and_read_from_it() -> None:
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert re.search(r'^dynamic = \["version"\]', pyproject, re.M)
-    assert re.search(r'^version = \{ attr = "operator_kit.__version__" \}', pyproject, re.M)
+    assert re.search(r'^version = \{ attr = "operator_kit._version.__version__" \}',
+                     pyproject, re.M)
     project = pyproject.split("[project]", 1)[1].split("\n[", 1)[0]
     assert not re.search(r"^version\s*=", project, re.M), "no second version in [project]"
     assert not (ROOT / "setup.cfg").exists(), "the metadata lives in pyproject.toml alone"

@@ -9,7 +9,7 @@ from collections import defaultdict
 
 import pytest
 
-from operator_kit.queueing import Backoff, Key, WorkQueue
+from operator_kit.runtime.queueing import Backoff, Key, WorkQueue
 
 
 class FakeClock:

@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 import pytest
 
-from operator_kit.resources import CustomResource, InvalidResource, PrinterColumn
+from operator_kit.api.resources import CustomResource, InvalidResource, PrinterColumn
 
 
 class Mode(enum.Enum):

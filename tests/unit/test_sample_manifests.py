@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 from backup_operator import operator
 
-from operator_kit.rbac import Rule, merge_rules
+from operator_kit.api.rbac import Rule, merge_rules
 
 GOLDEN = Path(__file__).parents[1] / "golden" / "backup-operator.yaml"
 ARGS = ["backup_operator:operator", "--namespace", "backup-operator",

@@ -11,7 +11,7 @@ from typing import Any, Literal, Optional, Union
 import pytest
 from dataclasses_json import LetterCase, config, dataclass_json
 
-from operator_kit.schema import InvalidValue, SchemaError, schema_for, shape_of
+from operator_kit.api.schema import InvalidValue, SchemaError, schema_for, shape_of
 
 
 class Mode(enum.Enum):

@@ -16,9 +16,17 @@ from operator_kit import (
     Operator,
     Sharding,
 )
+from operator_kit.election.sharding import (
+    Members,
+    Patch,
+    Placed,
+    Ring,
+    member_identity,
+    plan,
+    ring_key,
+)
 from operator_kit.manifests import operator_manifests
-from operator_kit.sharding import Members, Patch, Placed, Ring, member_identity, plan, ring_key
-from operator_kit.watching import Informers, WatchEvent
+from operator_kit.runtime.watching import Informers, WatchEvent
 
 KEYS = [ring_key("ns", f"obj-{i}") for i in range(10_000)]
 W = "widgets.ctl.operator-kit.test"

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from operator_kit.certificates import WebhookCertificate
 from operator_kit.testing import stop_process
-from operator_kit.tls import ServingContext, apply_policy
+from operator_kit.webhooks.certificates import WebhookCertificate
+from operator_kit.webhooks.tls import ServingContext, apply_policy
 
 OPENSSL = shutil.which("openssl")
 

@@ -22,8 +22,8 @@ from operator_kit import (
     cel_rules,
     set_condition,
 )
+from operator_kit.api.schema import SchemaError, schema_for
 from operator_kit.manifests import crd
-from operator_kit.schema import SchemaError, schema_for
 
 
 @cel_rules(CelRule("self.low <= self.high", message="low above high"),

@@ -34,8 +34,8 @@ from typing import Any
 
 import pytest
 
-from operator_kit.certificates import WebhookCertificate
 from operator_kit.testing import stop_process
+from operator_kit.webhooks.certificates import WebhookCertificate
 
 MAX_BODY = 64 * 1024
 ABUSE_THREADS = 3
@@ -54,8 +54,8 @@ RSS_GROWTH_BOUND_KIB = 2 * 1024  # measured 0.3-1.0 MiB (settling allocator)
 APP_MODULE = f"""
 from dataclasses import dataclass, field
 
-from operator_kit.resources import CustomResource
-from operator_kit.webhooks import AdmissionRequest, Denied, Webhooks
+from operator_kit.api.resources import CustomResource
+from operator_kit.webhooks.server import AdmissionRequest, Denied, Webhooks
 
 
 @dataclass

@@ -31,10 +31,16 @@ import pytest
 from flask.testing import FlaskClient
 from prometheus_client import REGISTRY
 
-import operator_kit.webhooks as webhooks_module
-from operator_kit.certificates import WebhookCertificate
-from operator_kit.resources import CustomResource
-from operator_kit.webhooks import AdmissionRequest, Denied, Registration, Webhooks, json_patch
+import operator_kit.webhooks.server as webhooks_module
+from operator_kit.api.resources import CustomResource
+from operator_kit.webhooks.certificates import WebhookCertificate
+from operator_kit.webhooks.server import (
+    AdmissionRequest,
+    Denied,
+    Registration,
+    Webhooks,
+    json_patch,
+)
 
 # ---------------------------------------------------------------------- a kind and an app
 
@@ -899,7 +905,7 @@ def test_gunicorn_conf_serves_tls_from_the_installed_certificate(
     )
     assert (conf.certfile, conf.keyfile) == (str(files.cert), str(files.key))
     assert (conf.workers, conf.worker_class, conf.threads) == (
-        1, "operator_kit.gunicorn_worker.ThreadWorker", 8)
+        1, "operator_kit.webhooks.gunicorn_worker.ThreadWorker", 8)
     assert conf.reuse_port is True and conf.accesslog is None
     assert conf.bind == ["127.0.0.1:8443"]
     assert conf.wsgi_app == "operator_kit.webhooks:app"
@@ -936,8 +942,8 @@ def test_gunicorn_conf_serves_plain_http_only_when_asked_explicitly(
 
 
 OPERATOR_MODULE = """
-from operator_kit.webhooks import AdmissionRequest, Denied, Webhooks
-from operator_kit.resources import CustomResource
+from operator_kit.webhooks.server import AdmissionRequest, Denied, Webhooks
+from operator_kit.api.resources import CustomResource
 from dataclasses import dataclass
 from pathlib import Path
 

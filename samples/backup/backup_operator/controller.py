@@ -21,8 +21,7 @@ import json
 from kubernetes.client.exceptions import ApiException
 
 from backup_operator.resources import Backup, BackupStatus
-from operator_kit import Action, Context, Controller, Rule
-from operator_kit.conditions import set_condition
+from operator_kit import Action, Context, Controller, Rule, set_condition
 
 CATALOG = "backup-catalog"
 

@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 
 from dataclasses_json import config
 
-from operator_kit import CustomResource, PrinterColumn
-from operator_kit.conditions import Conditions
+from operator_kit import Conditions, CustomResource, PrinterColumn
 
 
 @dataclass

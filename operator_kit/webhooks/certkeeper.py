@@ -65,7 +65,10 @@ from cryptography import x509
 from kubernetes.client.exceptions import ApiException
 
 from operator_kit import _pki
-from operator_kit.certificates import (
+from operator_kit.client.events import EventRecorder
+from operator_kit.client.installation import foreign_owner
+from operator_kit.client.transport import Api, error_message
+from operator_kit.webhooks.certificates import (
     WebhookCertificate,
     _b64,
     _get_or_none,
@@ -76,9 +79,6 @@ from operator_kit.certificates import (
     service_dns_names,
     signer_of,
 )
-from operator_kit.client import Api, error_message
-from operator_kit.events import EventRecorder
-from operator_kit.installation import foreign_owner
 
 __all__ = ["CertificateKeeper", "Rotation", "plan"]
 

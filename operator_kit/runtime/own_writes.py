@@ -8,7 +8,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from operator_kit.watching import WatchEvent
+from operator_kit.runtime.watching import WatchEvent
 
 
 class OwnWrites:

@@ -16,12 +16,12 @@ from typing import Any, Literal, TypeVar
 
 from kubernetes import client
 
-from operator_kit.client import Api
-from operator_kit.events import EventRecorder
-from operator_kit.kinds import KindSpec
-from operator_kit.objects import Objects, PatchType, encode, obj_like
-from operator_kit.own_writes import OwnWrites
-from operator_kit.resources import CustomResource
+from operator_kit.api.kinds import KindSpec
+from operator_kit.api.resources import CustomResource
+from operator_kit.client.events import EventRecorder
+from operator_kit.client.transport import Api
+from operator_kit.runtime.objects import Objects, PatchType, encode, obj_like
+from operator_kit.runtime.own_writes import OwnWrites
 
 R = TypeVar("R", bound=CustomResource)
 

@@ -70,8 +70,8 @@ from urllib.parse import quote
 from kubernetes.client.exceptions import ApiException
 
 from operator_kit import metrics
-from operator_kit.client import Api
-from operator_kit.rbac import Rule
+from operator_kit.api.rbac import Rule
+from operator_kit.client.transport import Api
 
 log = logging.getLogger("operator_kit.leader")
 

@@ -21,8 +21,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Union
 
-from operator_kit.rbac import guess_plural
-from operator_kit.resources import CustomResource
+from operator_kit.api.rbac import guess_plural
+from operator_kit.api.resources import CustomResource
 
 KindSpec = Union[str, "Kind", type[CustomResource], type]
 """What users may write for a kind: see the module docstring."""

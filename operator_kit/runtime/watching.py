@@ -39,9 +39,9 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from operator_kit import metrics
-from operator_kit.cache import Key, Store, key_of
-from operator_kit.client import Api, Resource
-from operator_kit.queueing import Backoff
+from operator_kit.client.transport import Api, Resource
+from operator_kit.runtime.cache import Key, Store, key_of
+from operator_kit.runtime.queueing import Backoff
 
 log = logging.getLogger("operator_kit.watching")
 

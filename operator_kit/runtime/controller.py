@@ -47,19 +47,25 @@ from typing import Any, Generic, TypeVar
 from kubernetes.client.exceptions import ApiException
 
 from operator_kit import logs, metrics
-from operator_kit.client import METADATA_ONLY, Api, Resource, error_message, throttle_delay
-from operator_kit.context import Context
-from operator_kit.events import EventRecorder
-from operator_kit.filters import Filter, deletion_started, spec_changed
-from operator_kit.filters import function_name as _name
-from operator_kit.kinds import Kind, KindSpec
-from operator_kit.objects import Objects, decode, resource_of
-from operator_kit.own_writes import OwnWrites
-from operator_kit.queueing import Backoff, WorkQueue
-from operator_kit.rbac import Rule
-from operator_kit.resources import CustomResource, InvalidResource
-from operator_kit.sharding import ShardScope
-from operator_kit.watching import Informer, Informers, Key, WatchEvent
+from operator_kit.api.kinds import Kind, KindSpec
+from operator_kit.api.rbac import Rule
+from operator_kit.api.resources import CustomResource, InvalidResource
+from operator_kit.client.events import EventRecorder
+from operator_kit.client.transport import (
+    METADATA_ONLY,
+    Api,
+    Resource,
+    error_message,
+    throttle_delay,
+)
+from operator_kit.runtime.context import Context
+from operator_kit.runtime.filters import Filter, deletion_started, spec_changed
+from operator_kit.runtime.filters import function_name as _name
+from operator_kit.runtime.objects import Objects, decode, resource_of
+from operator_kit.runtime.own_writes import OwnWrites
+from operator_kit.runtime.queueing import Backoff, WorkQueue
+from operator_kit.runtime.scope import ShardScope
+from operator_kit.runtime.watching import Informer, Informers, Key, WatchEvent
 
 log = logging.getLogger("operator_kit.controller")
 

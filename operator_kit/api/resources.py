@@ -51,7 +51,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
-from operator_kit.schema import InvalidValue, JsonNames, ObjectShape, shape_of
+from operator_kit.api.schema import InvalidValue, JsonNames, ObjectShape, shape_of
 
 __all__ = ["CustomResource", "InvalidResource", "PrinterColumn"]
 

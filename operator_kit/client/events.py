@@ -16,7 +16,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from operator_kit.client import Api
+from operator_kit.client.transport import Api
 
 log = logging.getLogger("operator_kit.events")
 

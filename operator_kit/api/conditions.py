@@ -22,7 +22,7 @@ import dataclasses
 import datetime as dt
 from typing import Annotated, Literal
 
-from operator_kit.validation import ListType, MaxLength, Minimum, MinLength, Pattern
+from operator_kit.api.validation import ListType, MaxLength, Minimum, MinLength, Pattern
 
 __all__ = ["Condition", "ConditionStatus", "Conditions", "find_condition", "set_condition"]
 

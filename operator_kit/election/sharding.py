@@ -91,10 +91,10 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from operator_kit import metrics
-from operator_kit.client import Api, Resource
-from operator_kit.leader import LeaderElection, LeaderElector
-from operator_kit.rbac import Rule
-from operator_kit.watching import Informer, Informers, WatchEvent
+from operator_kit.api.rbac import Rule
+from operator_kit.client.transport import Api, Resource
+from operator_kit.election.leader import LeaderElection, LeaderElector
+from operator_kit.runtime.watching import Informer, Informers, WatchEvent
 
 log = logging.getLogger("operator_kit.sharding")
 
@@ -319,34 +319,6 @@ class FencedApi(Api):
             raise Fenced(f"{method} {path} refused: this member's Lease lapsed (it may no "
                          "longer reconcile; another member may own the object now)")
         return super().request(method, path, **options)
-
-
-@dataclass(frozen=True)
-class ShardScope:
-    """What a member's controller runner needs: whose objects it watches, and how it lets
-    go of one that is draining."""
-
-    label: str
-    drain_label: str
-    identity: str
-    operator: str = ""
-
-    def selector(self, base: str | None = None) -> str:
-        mine = f"{self.label}={self.identity}"
-        return f"{base},{mine}" if base else mine
-
-    def draining(self, obj: Mapping[str, Any]) -> bool:
-        labels = (obj.get("metadata") or {}).get("labels") or {}
-        return self.drain_label in labels
-
-    def let_go(self, api: Api, path: str, obj: Mapping[str, Any]) -> None:
-        """Remove both labels, if `obj` is still the version read (else ApiException 409)."""
-        meta = obj.get("metadata") or {}
-        api.request("PATCH", path, body={"metadata": {
-            "resourceVersion": meta.get("resourceVersion"),
-            "labels": {self.label: None, self.drain_label: None}}},
-            content_type="application/merge-patch+json")
-        metrics.SHARD_DRAINS.labels(self.operator).inc()
 
 
 class Membership:

@@ -80,8 +80,8 @@ from werkzeug.exceptions import (
 )
 
 from operator_kit import metrics
+from operator_kit.api.resources import CustomResource, InvalidResource
 from operator_kit.metrics import WEBHOOK_DURATION, WEBHOOK_REQUESTS
-from operator_kit.resources import CustomResource, InvalidResource
 
 __all__ = ["AdmissionRequest", "Denied", "Registration", "Webhooks"]
 

@@ -45,7 +45,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from operator_kit import _pki
-from operator_kit.client import Api
+from operator_kit.client.transport import Api
 
 __all__ = ["ExternalCertificate", "TlsFiles", "WebhookCertificate"]
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from operator_kit.client import Api, error_message
+from operator_kit.client.transport import Api, error_message
 
 __all__ = ["foreign_owner", "foreign_owners", "references"]
 

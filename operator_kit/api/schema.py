@@ -54,7 +54,7 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-from operator_kit import validation as _validation
+from operator_kit.api import validation as _validation
 
 __all__ = [
     "AnyShape",

@@ -28,11 +28,11 @@ from typing import Any, Literal
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from operator_kit.cache import OWNER, Key, LabelSelector, key_of
-from operator_kit.client import Api, Resource
-from operator_kit.kinds import Kind, KindSpec
-from operator_kit.resources import CustomResource
-from operator_kit.watching import Informer, Informers
+from operator_kit.api.kinds import Kind, KindSpec
+from operator_kit.api.resources import CustomResource
+from operator_kit.client.transport import Api, Resource
+from operator_kit.runtime.cache import OWNER, Key, LabelSelector, key_of
+from operator_kit.runtime.watching import Informer, Informers
 
 PatchType = Literal["merge", "strategic", "json"]
 _PATCH_CONTENT = {"merge": "application/merge-patch+json",
