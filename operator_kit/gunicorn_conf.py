@@ -63,7 +63,7 @@ from gunicorn.glogging import Logger
 from operator_kit import logs
 from operator_kit.webhooks.certificates import TLS_CERT_ENV, TLS_KEY_ENV
 from operator_kit.webhooks.gunicorn_worker import read_timeout_from_env
-from operator_kit.webhooks.server import APP_ENV
+from operator_kit.webhooks.loader import APP_ENV
 from operator_kit.webhooks.tls import ServingContext
 
 _TRUE = ("1", "true", "yes", "on")
@@ -117,7 +117,7 @@ def _prepare_tls() -> None:
     spec = os.environ.get(APP_ENV)
     if not (directory and spec and _managed()):
         return
-    from operator_kit.webhooks.server import import_target
+    from operator_kit.webhooks.loader import import_target
 
     prepare = getattr(import_target(spec), "prepare_webhook_tls", None)
     if callable(prepare):  # an Operator: does nothing when it has no webhooks
@@ -199,7 +199,7 @@ def _keep_tls() -> None:
     directory = os.environ.get("OPERATOR_KIT_TLS_DIR")
     if not directory:
         return
-    from operator_kit.webhooks.server import loaded_target
+    from operator_kit.webhooks.loader import loaded_target
 
     keep = getattr(loaded_target(), "keep_webhook_tls", None)
     if callable(keep):
@@ -214,7 +214,7 @@ def post_fork(server: Any, worker: Any) -> None:
 
 def worker_exit(server: Any, worker: Any) -> None:
     """In the worker, as it exits: stop the Operator it loaded (controllers, the Lease)."""
-    from operator_kit.webhooks.server import loaded_target
+    from operator_kit.webhooks.loader import loaded_target
 
     stop = getattr(loaded_target(), "stop", None)
     if callable(stop):

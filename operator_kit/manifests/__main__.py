@@ -20,7 +20,7 @@ import sys
 
 from operator_kit.manifests._command import run
 from operator_kit.operator import Operator
-from operator_kit.webhooks.server import import_target
+from operator_kit.webhooks.loader import import_target
 
 
 def main(argv: list[str] | None = None, *, operator: Operator | None = None,

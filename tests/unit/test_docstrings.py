@@ -1,8 +1,9 @@
 """Every public name has a docstring: the API reference is generated from them.
 
 Public means: each name in ``operator_kit.__all__``; each function or class that
-``operator_kit.testing`` exports (and its pytest plugin's fixtures); the classes and functions of the other modules the API reference documents
-(webhooks, manifests, testing.deploy, testing.faults, WebhookCertificate); for each
+``operator_kit.testing`` exports (and its pytest plugin's fixtures); the classes and
+functions of the other modules the API reference documents (webhooks, manifests,
+testing.deploy, testing.faults, WebhookCertificate); for each
 public class, the methods and properties it defines itself without a leading
 underscore; for a public module (``operator_kit.filters``), its public functions.
 Inherited methods are checked on the class that defines them; an override of a
@@ -27,8 +28,8 @@ import operator_kit.webhooks.server
 
 # Modules the API reference documents besides operator_kit itself: their __all__ (or,
 # without one, the classes and functions they define).
-REFERENCED = (operator_kit.testing, operator_kit.webhooks, operator_kit.manifests, operator_kit.testing.deploy,
-              operator_kit.testing.faults)
+REFERENCED = (operator_kit.testing, operator_kit.webhooks, operator_kit.manifests,
+              operator_kit.testing.deploy, operator_kit.testing.faults)
 
 
 def _own_functions(module: types.ModuleType) -> Iterator[tuple[str, Any]]:

@@ -31,7 +31,8 @@ import pytest
 from flask.testing import FlaskClient
 from prometheus_client import REGISTRY
 
-import operator_kit.webhooks.server as webhooks_module
+import operator_kit.webhooks as webhooks_module
+import operator_kit.webhooks.loader as loader_module
 from operator_kit.api.resources import CustomResource
 from operator_kit.webhooks.certificates import WebhookCertificate
 from operator_kit.webhooks.server import (
@@ -819,7 +820,7 @@ class FakeOperator:
 
 @pytest.fixture
 def fresh_loader(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
-    monkeypatch.setattr(webhooks_module, "_loaded", None)
+    monkeypatch.setattr(loader_module, "_loaded", None)
     module = types.ModuleType("wh_target")
     module.webhooks = make_app()  # type: ignore[attr-defined]
     module.operator = FakeOperator(make_app())  # type: ignore[attr-defined]
