@@ -34,8 +34,9 @@ from operator_kit.client.transport import Api, api_client, current_namespace
 from operator_kit.election import leader, sharding
 from operator_kit.election.leader import LeaderElection, LeaderElector
 from operator_kit.election.sharding import Members, Membership, Sharder, Sharding
-from operator_kit.runtime.controller import Controller, ControllerRunner
+from operator_kit.runtime.controller import Controller
 from operator_kit.runtime.objects import Objects
+from operator_kit.runtime.runner import ControllerRunner
 from operator_kit.runtime.scope import ShardScope
 from operator_kit.runtime.watching import Informers
 

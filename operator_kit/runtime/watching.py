@@ -174,7 +174,7 @@ class Informer:
         while not self._stop.is_set():
             try:
                 if resource_version is None:
-                    resource_version = self._relist()
+                    resource_version = self.relist()
                     self.synced.set()
                     continue  # look at the stop event before opening a watch
                 resource_version = self._watch(resource_version)
@@ -211,8 +211,11 @@ class Informer:
     def _query(self) -> dict[str, Any]:
         return {"labelSelector": self.label_selector, "fieldSelector": self.field_selector}
 
-    def _relist(self) -> str:
-        """List everything (paged), swap the cache, emit the difference; the list's RV."""
+    def relist(self) -> str:
+        """List everything (paged), swap the cache, emit the difference; the list's RV.
+
+        The informer's thread calls it on start and after a watch expires (410);
+        `operator_kit.testing.reconcile_once` calls it to fill a cache without a thread."""
         items: dict[Key, dict[str, Any]] = {}
         token: str | None = None
         path = self.resource.path(self.namespace)

@@ -25,7 +25,8 @@ from typing import Any
 
 from operator_kit.client.events import EventRecorder
 from operator_kit.client.transport import Api
-from operator_kit.runtime.controller import Action, Controller, ControllerRunner, _Conflict
+from operator_kit.runtime.controller import Action, Controller
+from operator_kit.runtime.runner import Conflict, ControllerRunner
 from operator_kit.runtime.watching import Informers
 from operator_kit.testing.cluster import FIELD_MANAGER, Namespace, TestCluster
 
@@ -55,7 +56,7 @@ def reconcile_once(controller: Controller[Any], cluster: TestCluster, name: str,
                               informers=informers)
     for informer in informers.values():
         # The operator's first step for each cache, without the watch that follows.
-        informer._relist()
+        informer.relist()
         informer.synced.set()
     key = ((where or "") if kind.namespaced else "", name)
     raw = runner.primary.get(key)
@@ -66,8 +67,8 @@ def reconcile_once(controller: Controller[Any], cluster: TestCluster, name: str,
                           "first, in a namespace the controller watches")
     obj = kind.from_dict(raw)
     try:
-        return runner._finalize_or_reconcile(obj)
-    except _Conflict as err:
+        return runner.finalize_or_reconcile(obj)
+    except Conflict as err:
         raise RuntimeError(f"reconcile_once: {kind.kind} {name} changed while its finalizer "
                            "was being written (409 Conflict); call reconcile_once again"
                            ) from err

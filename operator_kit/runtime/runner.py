@@ -1,0 +1,580 @@
+"""The runner: one controller's informer handlers, work queue and worker threads.
+
+`ControllerRunner` turns a `Controller` declaration (controller.py) into running code:
+it registers handlers on the shared informers (primary, owned, watched kinds), maps each
+event to keys in its `WorkQueue`, and runs ``max_concurrent_reconciles`` workers. A
+worker takes a key, reads the object from the cache, runs the finalizer state machine
+and `Controller.reconcile` with a fresh `Context` (`finalize_or_reconcile`), and then
+requeues, backs off after a failure, or forgets the key. A reconcile that outlives
+``reconcile_timeout`` is reported as stuck and a worker is started in its place.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from operator_kit import logs, metrics
+from operator_kit.api.kinds import Kind, KindSpec
+from operator_kit.api.resources import CustomResource, InvalidResource
+from operator_kit.client.events import EventRecorder
+from operator_kit.client.transport import (
+    METADATA_ONLY,
+    Api,
+    Resource,
+    error_message,
+    throttle_delay,
+)
+from operator_kit.runtime.context import Context
+from operator_kit.runtime.controller import Action, Controller, Watch, checked_result
+from operator_kit.runtime.filters import Filter, deletion_started, spec_changed
+from operator_kit.runtime.filters import function_name as _name
+from operator_kit.runtime.objects import Objects, decode, resource_of
+from operator_kit.runtime.own_writes import OwnWrites
+from operator_kit.runtime.queueing import Backoff, WorkQueue
+from operator_kit.runtime.scope import ShardScope
+from operator_kit.runtime.watching import Informer, Informers, Key, WatchEvent
+
+log = logging.getLogger("operator_kit.controller")
+
+class ControllerRunner:
+    """Runs one controller: its informers' handlers, its queue and its worker threads."""
+
+    def __init__(self, controller: Controller[Any], api: Api, *, field_manager: str,
+                 recorder: EventRecorder, stop: threading.Event,
+                 informers: Informers, objects: Objects | None = None,
+                 may_reconcile: Callable[[], bool] = lambda: True,
+                 shard: ShardScope | None = None) -> None:
+        self.controller = controller
+        # A shard member's runner watches only the objects labelled with its identity.
+        self.shard = shard
+        self.may_reconcile = may_reconcile
+        self.api = api
+        self.name = controller.name
+        self.stop = stop
+        self.queue: WorkQueue[Key] = WorkQueue(
+            self.name, failure_backoff=Backoff(base=controller.on_error,
+                                               cap=controller.max_backoff))
+        self.objects = objects if objects is not None else Objects(
+            api, informers, field_manager=field_manager)
+        self.own_writes = OwnWrites(self._enqueue_owners) if controller.skip_own_echoes \
+            else None
+        # Its own finalizer writes to the primary objects: the reconcile that follows
+        # sees the object as written, so their echoes are skipped.
+        self.own_primary_writes = OwnWrites(self._enqueue_primary)
+        self.context = Context(api, field_manager=field_manager, recorder=recorder,
+                               controller=self.name, objects=self.objects,
+                               own_writes=self.own_writes,
+                               shard_label=shard.label if shard else None)
+        kind = controller.resource
+        namespace = controller.namespace
+        self.primary: Informer = informers.informer(
+            resource_of(kind), namespace=namespace,
+            label_selector=shard.selector(controller.label_selector) if shard
+            else controller.label_selector, field_selector=controller.field_selector)
+        self._primary_filters = tuple(controller.filters if controller.filters is not None
+                                      else (spec_changed,))
+        # (informer, handler) for each owned and watched kind
+        self._sources: list[tuple[Informer, Callable[[WatchEvent], None]]] = []
+        for owned in controller.owned():
+            resource = self._resource(owned.kind, "owns")
+            informer = informers.informer(resource,
+                                          namespace=namespace if resource.namespaced else None,
+                                          label_selector=shard.selector() if shard else None,
+                                          metadata_only=owned.metadata_only)
+            self._sources.append((informer, self._owned_handler(tuple(owned.filters))))
+        for watch in controller.watches:
+            resource = self._resource(watch.kind, "watches")
+            informer = informers.informer(resource,
+                                          namespace=namespace if resource.namespaced else None,
+                                          label_selector=watch.label_selector,
+                                          metadata_only=watch.metadata_only)
+            self._sources.append((informer, self._watched_handler(watch)))
+        self.owned: list[Informer] = [informer for informer, _ in self._sources]
+        for name, index in controller.indexes.items():
+            resource = self._resource(index.kind, "indexes")
+            for informer in [self.primary, *self.owned]:
+                if informer.resource == resource:
+                    informer.store.add_index(name, index.over_cache(api.client))
+        self._workers: list[threading.Thread] = []
+        # key -> (monotonic start, its worker), for the watchdog
+        self._running: dict[Key, tuple[float, threading.Thread]] = {}
+        self._running_lock = threading.Lock()
+        # Workers a spare replaced while they were stuck; each exits once its reconcile
+        # returns, so there are as many spares running as there are workers in here.
+        self._retiring: set[threading.Thread] = set()
+        self._owner_group = kind.group
+        self._owner_kind = kind.kind
+        self._namespaced = kind.namespaced
+        self._reconciles = metrics.RECONCILES.labels(self.name)
+        # Each with its controller-runtime twin (see operator_kit.metrics).
+        self._errors = metrics.Both(metrics.RECONCILE_ERRORS.labels(self.name),
+                                    metrics.CR_RECONCILE_ERRORS.labels(self.name))
+        self._duration = metrics.Both(metrics.RECONCILE_DURATION.labels(self.name),
+                                      metrics.CR_RECONCILE_TIME.labels(self.name))
+        self._depth = metrics.QUEUE_DEPTH.labels(self.name)
+        self._retries = metrics.Both(metrics.RETRIES.labels(self.name),
+                                     metrics.WORKQUEUE_RETRIES.labels(self.name))
+        self._in_flight = metrics.Both(metrics.IN_FLIGHT.labels(self.name),
+                                       metrics.CR_ACTIVE_WORKERS.labels(self.name))
+        metrics.init_controller(self.name, controller.max_concurrent_reconciles)
+        self._stuck = metrics.STUCK.labels(self.name)
+
+    def _resource(self, kind: KindSpec, where: str) -> Resource:
+        try:
+            return self.objects.resource(kind)
+        except LookupError as err:
+            raise LookupError(f"controller {self.name}: {where}: {err}") from None
+
+    # -- events → keys -------------------------------------------------------------------
+
+    def _passes(self, filters: Sequence[Filter], event: WatchEvent, source: str) -> bool:
+        """Whether `event` passes every filter; a filter that raises drops it (logged)."""
+        for f in filters:
+            try:
+                if not f(event):
+                    return False
+            except Exception:
+                log.exception("%s: filter %s on %s failed for %s: that event is dropped",
+                              self.name, _name(f), source, _describe_object(event.object))
+                return False
+        return True
+
+    def on_primary(self, event: WatchEvent) -> None:
+        if event.type != "DELETED" and self.own_primary_writes.take(event):
+            return  # the finalizer this controller just wrote, or held until that returns
+        self._enqueue_primary(event)
+
+    def _enqueue_primary(self, event: WatchEvent) -> None:
+        # Deletion always passes: the finalizer must run, and a gone key be forgotten;
+        # so does a shard member's drain request (a label only).
+        if deletion_started(event) or (self.shard is not None and self.shard.draining(
+                event.object)) or self._passes(self._primary_filters, event,
+                                                   str(self.primary.resource)):
+            meta = event.object["metadata"]
+            self.enqueue((meta.get("namespace") or "", meta["name"]))
+
+    def _owned_handler(self, filters: tuple[Filter, ...]) -> Callable[[WatchEvent], None]:
+        def on_owned(event: WatchEvent) -> None:
+            own_writes = self.own_writes
+            if event.type != "DELETED" and own_writes is not None and own_writes.take(event):
+                return  # our own apply coming back (skip_own_echoes), or held until our
+                # apply to the same name returns
+            if event.type == "DELETED" or self._passes(filters, event, event.object["kind"]):
+                self._enqueue_owners(event)
+        return on_owned
+
+    def _enqueue_owners(self, event: WatchEvent) -> None:
+        for obj in (event.object, event.old):
+            if obj is None:
+                continue
+            meta = obj.get("metadata", {})
+            for ref in meta.get("ownerReferences") or ():
+                if (ref.get("controller") and ref.get("kind") == self._owner_kind
+                        and ref.get("apiVersion", "").rpartition("/")[0] == self._owner_group):
+                    namespace = meta.get("namespace") or "" if self._namespaced else ""
+                    self.enqueue((namespace, ref["name"]))
+
+    def _watched_handler(self, watch: Watch) -> Callable[[WatchEvent], None]:
+        spec = Kind.of(watch.kind)
+        filters = tuple(watch.filters)
+
+        def on_watched(event: WatchEvent) -> None:
+            if event.type != "DELETED" and not self._passes(filters, event, str(spec)):
+                return
+            keys: set[Key] = set()
+            for obj in (event.object, event.old):  # before and after: both may matter
+                if obj is None:
+                    continue
+                try:
+                    decoded = obj if watch.metadata_only else decode(spec, obj,
+                                                                     self.api.client)
+                    # A session of its own: a mapper's writes (if any) stay its own.
+                    mapped = list(watch.mapper(decoded, self.objects.session()))
+                except Exception:
+                    log.exception("%s: mapper %s failed for %s %s: that event is dropped",
+                                  self.name, _name(watch.mapper), spec,
+                                  _describe_object(obj))
+                    continue
+                namespace = obj.get("metadata", {}).get("namespace") or ""
+                keys.update(self._keys(mapped, namespace, watch))
+            for key in sorted(keys):
+                self.enqueue(key)
+        return on_watched
+
+    def _keys(self, mapped: Iterable[Any], namespace: str, watch: Watch) -> list[Key]:
+        """Primary keys from what a mapper returned (names, keys or objects)."""
+        keys: list[Key] = []
+        for item in mapped:
+            if isinstance(item, str):
+                if self._namespaced and not namespace:
+                    log.error("%s: mapper %s returned the name %r for a cluster-scoped "
+                              "object: return (namespace, name) keys for namespaced "
+                              "primaries", self.name, _name(watch.mapper), item)
+                    continue
+                key = (namespace if self._namespaced else "", item)
+            elif isinstance(item, tuple) and len(item) == 2:
+                key = (str(item[0] or ""), str(item[1]))
+            elif isinstance(item, CustomResource):
+                key = (item.namespace or "", item.name)
+            elif isinstance(item, Mapping):
+                meta = item.get("metadata", {})
+                key = (meta.get("namespace") or "", str(meta.get("name")))
+            elif getattr(item, "metadata", None) is not None:
+                key = (item.metadata.namespace or "", str(item.metadata.name))
+            else:
+                log.error("%s: mapper %s returned %r: return names, (namespace, name) "
+                          "keys or objects", self.name, _name(watch.mapper), item)
+                continue
+            keys.append(key if self._namespaced else ("", key[1]))
+        return keys
+
+    def enqueue(self, key: Key, delay: float = 0.0) -> None:
+        self.queue.add(key, delay)
+        self._depth.set(len(self.queue))
+
+    # -- workers -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.primary.add_handler(self.on_primary)
+        for informer, handler in self._sources:
+            informer.add_handler(handler)
+        for i in range(self.controller.max_concurrent_reconciles):
+            self._start_worker(f"reconcile-{self.name}-{i}")
+        watchdog = threading.Thread(target=self._watch_stuck, name=f"watchdog-{self.name}",
+                                    daemon=True)
+        watchdog.start()
+        self._workers.append(watchdog)
+
+    def _start_worker(self, name: str) -> None:
+        worker = threading.Thread(target=self._work, name=name, daemon=True)
+        worker.start()
+        # A new list, not an append: shut_down may be iterating over the old one.
+        self._workers = [w for w in self._workers if w.is_alive()] + [worker]
+
+    def _watch_stuck(self) -> None:
+        """Report reconciles running past ``reconcile_timeout`` (once each), and replace
+        their workers.
+
+        A Python thread cannot be stopped from outside, so a hung reconcile keeps its key
+        and its thread. The watchdog makes it visible (an error log, a Warning Event on
+        the object, the ``..._stuck_reconciles`` gauge) and starts another worker in its
+        place, so other keys are still reconciled even with one worker; the stuck one
+        exits once its reconcile returns. At most ``max_concurrent_reconciles`` such
+        spares run at once, which bounds the threads when everything hangs."""
+        timeout = self.controller.reconcile_timeout
+        reported: set[tuple[Key, float]] = set()
+        spares_started = 0
+        while not self.stop.wait(min(1.0, timeout / 4)):
+            now = time.monotonic()
+            with self._running_lock:
+                running = dict(self._running)
+            stuck = {(key, started) for key, (started, _) in running.items()
+                     if now - started > timeout}
+            self._stuck.set(len(stuck))
+            for key, started in stuck - reported:
+                replaced = False
+                with self._running_lock:
+                    worker = running[key][1]
+                    if (len(self._retiring) < self.controller.max_concurrent_reconciles
+                            and worker not in self._retiring and not self.stop.is_set()):
+                        self._retiring.add(worker)
+                        replaced = True
+                if replaced:
+                    spares_started += 1
+                    self._start_worker(f"reconcile-{self.name}-spare-{spares_started}")
+                log.error("%s: reconcile of %s has run for %.0fs (reconcile_timeout %gs): "
+                          "it may be hung on a call without a timeout; %s", self.name,
+                          _describe(key), now - started, timeout,
+                          "another worker was started in its place" if replaced else
+                          "no spare worker left to start in its place")
+                raw = self.primary.get(key)
+                if raw is not None:
+                    self.context.event(raw, True, "ReconcileStuck",
+                                       f"reconcile has run for more than {timeout:g}s")
+            reported = stuck
+
+    def dead_threads(self) -> list[str]:
+        """The names of this controller's threads that ended while they should run."""
+        if self.stop.is_set():
+            return []
+        with self._running_lock:
+            retiring = set(self._retiring)
+        return [t.name for t in self._workers if not t.is_alive() and t not in retiring]
+
+    def synced(self) -> bool:
+        return self.primary.synced.is_set() and all(i.synced.is_set() for i in self.owned)
+
+    def shut_down(self, timeout: float) -> bool:
+        """Hand out no more keys; wait up to `timeout` for reconciles in flight."""
+        self.queue.shut_down()
+        idle = self.queue.wait_idle(timeout)
+        for worker in list(self._workers):  # the watchdog may have added spares
+            worker.join(max(0.1, timeout))
+        return idle
+
+    def _work(self) -> None:
+        # As controller-runtime does: no reconcile before every cache has listed, or
+        # ctx.owned would miss children that exist and a reconcile make them again.
+        while not self.synced():
+            if self.stop.wait(0.05):
+                return
+        while True:
+            key = self.queue.get()
+            if key is None:
+                return
+            if not self.may_reconcile():
+                # Fenced: this replica may no longer hold the Lease. Keep the key for
+                # whoever leads next; the operator is on its way out.
+                self.queue.done(key)
+                self.queue.add(key)
+                self.stop.wait(0.5)
+                continue
+            try:
+                with logs.reconciling(self.name, *key):  # every line logged carries the key
+                    self._process(key)
+            except Exception:
+                log.exception("%s: unexpected error handling %s; retrying it with backoff",
+                              self.name, _describe(key))
+                self.queue.add_failure(key)
+            finally:
+                self.queue.done(key)
+                self._depth.set(len(self.queue))
+            with self._running_lock:
+                current = threading.current_thread()
+                if current in self._retiring:  # a spare took its place while it was stuck
+                    self._retiring.discard(current)
+                    return
+
+    def _process(self, key: Key) -> None:
+        raw = self.primary.get(key)
+        if raw is None:  # deleted and gone (or not ours): nothing to reconcile
+            self.queue.forget(key)
+            return
+        if self.shard is not None and self.shard.draining(raw):
+            self._let_go(key, raw)
+            return
+        kind = self.controller.resource
+        try:
+            obj = kind.from_dict(raw)
+        except InvalidResource as err:
+            finalizer = self.controller.finalizer
+            meta = raw.get("metadata", {})
+            if meta.get("deletionTimestamp") and finalizer in (meta.get("finalizers") or ()):
+                self._delete_invalid(key, raw, err)
+                return
+            # A stored object that does not match the type: retrying cannot help until
+            # someone changes it, so say so on the object and wait for that change.
+            log.error("%s: %s", self.name, err)
+            self.context.event(raw, True, "InvalidResource", str(err))
+            self.queue.forget(key)
+            return
+        started = time.monotonic()
+        self._in_flight.inc()
+        with self._running_lock:
+            self._running[key] = (started, threading.current_thread())
+        result = "requeue"  # controller_runtime_reconcile_total's result label
+        try:
+            action = self.finalize_or_reconcile(obj)
+            result = ("requeue_after" if action is not None and action.requeue_after is not None
+                      else "success")
+        except Conflict:
+            self.enqueue(key, 0.2)  # our cache is behind; look again once it catches up
+            return
+        except ApiException as err:
+            if err.status == 404 and self._gone(obj):
+                # Deleted while it was being reconciled (a write to it, or to its status,
+                # found nothing): not a failure, and nothing is left to retry for.
+                log.info("%s: %s was deleted while it was being reconciled (%s %s)",
+                         self.name, _describe(key), err.status, err.reason)
+                result = "success"
+                self.queue.forget(key)
+                return
+            if err.status != 429:
+                result = "error"
+                self._failed(key, obj, err)
+                return
+            # Throttled even after the client's own retries: come back after Retry-After,
+            # spread out so keys refused together do not return together, without
+            # escalating the key's failure backoff or adding an Event to the load.
+            self._retries.inc()
+            self.enqueue(key, throttle_delay(err) * (1 + 2 * random.random()))
+            return
+        except Exception as err:  # noqa: BLE001 - any failure backs off and retries (logged)
+            result = "error"
+            metrics.CR_RECONCILE_PANICS.labels(self.name).inc()
+            self._failed(key, obj, err)
+            return
+        finally:
+            with self._running_lock:
+                self._running.pop(key, None)
+            self._in_flight.dec()
+            self._reconciles.inc()
+            metrics.CR_RECONCILES.labels(self.name, result).inc()
+            self._duration.observe(time.monotonic() - started)
+        after = action.requeue_after if action is not None else None
+        log.debug("%s: reconciled %s in %.3fs: %s", self.name, _describe(key),
+                  time.monotonic() - started, result if after is None else f"{result} {after:g}s")
+        self.queue.forget(key)
+        if action is not None and action.requeue_after is not None:
+            self.enqueue(key, action.requeue_after)
+
+    def _let_go(self, key: Key, raw: dict[str, Any]) -> None:
+        """The sharder moves this object to another member: instead of reconciling it,
+        remove its labels (if it is still the version seen) and forget it. It runs from
+        the queue, so no reconcile of the key is in flight (operator_kit.sharding)."""
+        shard = self.shard
+        assert shard is not None
+        try:
+            shard.let_go(self.api, self.primary.resource.path(key[0] or None, key[1]), raw)
+        except ApiException as err:
+            if err.status == 409:
+                self.enqueue(key, 0.2)  # changed meanwhile: look at it again
+                return
+            if err.status != 404:
+                raise
+        log.info("%s: let go of %s: the sharder moves it to another member", self.name,
+                 _describe(key))
+        self.queue.forget(key)
+
+    def _failed(self, key: Key, obj: CustomResource, err: Exception) -> None:
+        """A failed reconcile: count it, back off, say so in the log and on the object."""
+        self._errors.inc()
+        self._retries.inc()
+        delay = self.queue.add_failure(key)
+        message = error_message(err)
+        log.error("%s: reconcile of %s failed (attempt %d, retrying in %.1fs): %s",
+                  self.name, _describe(key), self.queue.failures(key), delay, message,
+                  exc_info=not isinstance(err, ApiException | TypeError))
+        # The same failure again is the same note, so its Event's count rises.
+        self.context.event(obj, True, "ReconcileError", _clip(message))
+
+    def _delete_invalid(self, key: Key, raw: dict[str, Any], err: InvalidResource) -> None:
+        """An object being deleted, holding our finalizer, that no longer decodes (an
+        upgrade added a required field, say): `Controller.cleanup_invalid` may clean it
+        up from the raw dict; until something does, every retry says deletion is blocked
+        and how to unblock it by hand."""
+        finalizer = str(self.controller.finalizer)
+        try:
+            self.controller.cleanup_invalid(raw, self.context, err)
+            self._remove_finalizer(raw, finalizer)
+            self.queue.forget(key)
+            log.info("%s: %s did not decode (%s); cleanup_invalid ran and its finalizer "
+                     "was removed", self.name, _describe(key), err)
+            return
+        except Exception as failure:  # noqa: BLE001 - reported below, retried with backoff
+            reason = error_message(failure)
+        delay = self.queue.add_failure(key)
+        kind = self.controller.resource
+        finalizers = raw["metadata"].get("finalizers") or []
+        where = f" -n {key[0]}" if key[0] else ""
+        command = (f"kubectl patch {kind.plural}.{kind.group} {key[1]}{where} --type=json "
+                   f"-p '[{{\"op\": \"remove\", \"path\": \"/metadata/finalizers/"
+                   f"{finalizers.index(finalizer)}\"}}]'")
+        note = (f"deletion is blocked: the object no longer matches {kind.__name__} ({err}) "
+                f"and cleanup could not run ({reason}); fix the object, or remove the "
+                f"finalizer {finalizer} by hand: {command}")
+        log.error("%s: %s: %s (retrying in %.1fs)", self.name, _describe(key), note, delay)
+        self.context.event(raw, True, "DeletionBlocked", note[:1024])
+
+    def _remove_finalizer(self, raw: dict[str, Any], finalizer: str) -> None:
+        meta = raw["metadata"]
+        left = [f for f in meta.get("finalizers") or () if f != finalizer]
+        path = resource_of(self.controller.resource).path(meta.get("namespace"), meta["name"])
+        try:
+            self.api.request("PATCH", path, body={"metadata": {
+                "finalizers": left or None, "resourceVersion": meta.get("resourceVersion")}},
+                content_type="application/merge-patch+json", decode=False)
+        except ApiException as failure:
+            if failure.status == 409:
+                raise Conflict() from failure
+            if failure.status != 404:
+                raise
+
+    def _gone(self, obj: CustomResource) -> bool:
+        """Whether `obj` no longer exists (a 404 from a reconcile may be about another
+        object, a missing Secret say, which is a real failure). An object since created
+        again under the same name is a different one (new uid): its own watch event
+        brings it here."""
+        try:
+            current = self.api.request("GET", resource_of(type(obj)).path(obj.namespace,
+                                                                           obj.name))
+        except ApiException as err:
+            return bool(err.status == 404)
+        except Exception:  # noqa: BLE001 - cannot tell: count the reconcile as failed
+            return False
+        return bool(current.get("metadata", {}).get("uid") != obj.uid)
+
+    def _reconcile(self, obj: CustomResource) -> Action | None:
+        return checked_result(self.controller.reconcile(obj, self.context.for_object(obj)))
+
+    def finalize_or_reconcile(self, obj: CustomResource) -> Action | None:
+        """One pass of the finalizer state machine (see controller.py) for `obj`, with
+        reconcile or cleanup run in this thread; `Conflict` when our copy is stale."""
+        finalizer = self.controller.finalizer
+        if finalizer is None:
+            if obj.deletion_timestamp:
+                return None  # being deleted by others' finalizers: nothing to make
+            return self._reconcile(obj)
+        if obj.deletion_timestamp:
+            if finalizer in obj.finalizers:
+                self.controller.cleanup(obj, self.context.for_object(obj))
+                self._set_finalizers(obj, [f for f in obj.finalizers if f != finalizer])
+            return None
+        if finalizer not in obj.finalizers:
+            obj = self._set_finalizers(obj, [*obj.finalizers, finalizer])
+        return self._reconcile(obj)
+
+    def _set_finalizers(self, obj: CustomResource, finalizers: list[str]) -> CustomResource:
+        """Write the finalizer list only if the object is still the version we read.
+
+        The patch carries that version, so what the API server made is `obj` with the
+        new metadata: only the metadata is asked back (`METADATA_ONLY`), not the whole
+        object to decode again."""
+        resource = resource_of(type(obj))
+        try:
+            answer = self.own_primary_writes.write(
+                obj.namespace or "", obj.name, lambda: self.api.request(
+                    "PATCH", resource.path(obj.namespace, obj.name),
+                    body={"metadata": {"finalizers": finalizers or None,
+                                       "resourceVersion": obj.resource_version}},
+                    content_type="application/merge-patch+json", accept=METADATA_ONLY))
+        except ApiException as err:
+            if err.status == 409:
+                raise Conflict() from err
+            if err.status == 404 and not finalizers:
+                return obj  # already gone
+            raise
+        updated = copy.copy(obj)
+        metadata = dict(answer.get("metadata") or {})
+        metadata.pop("managedFields", None)  # as the cache holds it (watching.py)
+        updated.metadata = metadata
+        return updated
+
+
+def _clip(note: str, limit: int = 280) -> str:
+    return note if len(note) <= limit else note[:limit - 1] + "…"
+
+
+class Conflict(Exception):
+    """Our copy of the object is stale (409): requeue and read the newer one.
+
+    Raised by `ControllerRunner.finalize_or_reconcile`; the workers requeue on it, and
+    `operator_kit.testing.reconcile_once` reports it."""
+
+
+def _describe(key: Key) -> str:
+    namespace, name = key
+    return f"{namespace}/{name}" if namespace else name
+
+
+def _describe_object(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata", {})
+    return _describe((meta.get("namespace") or "", str(meta.get("name"))))
