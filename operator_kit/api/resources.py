@@ -44,23 +44,20 @@ from __future__ import annotations
 import copy
 import dataclasses
 import inspect
-import re
 import reprlib
 import sys
 import typing
 from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
+from operator_kit.api.columns import AGE, PrinterColumn, path_exists
+from operator_kit.api.names import DNS_LABEL, GROUP, KIND, version_priority
 from operator_kit.api.schema import InvalidValue, JsonNames, ObjectShape, shape_of
 
 __all__ = ["CustomResource", "InvalidResource", "PrinterColumn"]
 
 _R = TypeVar("_R", bound="CustomResource")
 
-_COLUMN_TYPES = ("string", "integer", "number", "boolean", "date")
-_DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
-_GROUP = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+")
-_KIND = re.compile(r"[A-Za-z][A-Za-z0-9]*")
 _TOP_LEVEL = ("apiVersion", "kind", "metadata", "spec", "status")
 # Declared once on the root, the same for every version of a kind.
 _SHARED = ("group", "kind", "plural", "namespaced", "short_names", "categories")
@@ -71,36 +68,6 @@ class InvalidResource(ValueError):
 
     For example ``Backup default/nightly: spec.retain: expected int, got str 'x'``.
     """
-
-
-@dataclasses.dataclass(frozen=True)
-class PrinterColumn:
-    """An extra column of ``kubectl get`` (a CRD's additionalPrinterColumns entry).
-
-    `json_path` is a simple JSONPath into the object, such as ``.spec.schedule``;
-    `type` is one of string, integer, number, boolean, date (for an "Age"-style column use
-    ``PrinterColumn("Age", ".metadata.creationTimestamp", type="date")``). Columns with a
-    `priority` above 0 show only with ``kubectl get -o wide``.
-    """
-
-    name: str
-    json_path: str
-    type: str = "string"
-    description: str | None = None
-    priority: int | None = None
-    format: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.type not in _COLUMN_TYPES:
-            raise ValueError(
-                f"PrinterColumn {self.name!r}: type {self.type!r} is not one of "
-                + ", ".join(_COLUMN_TYPES)
-            )
-        if not self.json_path.startswith("."):
-            raise ValueError(
-                f"PrinterColumn {self.name!r}: json_path {self.json_path!r} must start with "
-                "'.', like '.spec.schedule'"
-            )
 
 
 class CustomResource:
@@ -191,7 +158,7 @@ class CustomResource:
         served = [v for v in cls.versions() if v.served]
         if not served:
             raise TypeError(f"{cls._root.__name__}: no version is served; set served = True")
-        best = min(served, key=lambda v: _version_priority(v.version))
+        best = min(served, key=lambda v: version_priority(v.version))
         chosen = [v for v in cls.versions() if v.__dict__.get("preferred") is True]
         if len(chosen) > 1:
             names = ", ".join(v.__name__ for v in chosen)
@@ -199,7 +166,7 @@ class CustomResource:
         if chosen and chosen[0] is not best:
             want = chosen[0]
             higher = [v for v in served
-                      if _version_priority(v.version) < _version_priority(want.version)]
+                      if version_priority(v.version) < version_priority(want.version)]
             raise TypeError(
                 f"{want.__name__}: preferred = True, but Kubernetes shows the served version "
                 f"with the highest priority, {best.version} ({best.__name__}); set served = "
@@ -214,11 +181,11 @@ class CustomResource:
         version's schema, then Age (unless ``age_column = False`` or one is declared)."""
         _require_declared(cls)
         schema = cls.openapi_schema()
-        out = [c for c in cls.printer_columns if _path_exists(schema, c.json_path)]
+        out = [c for c in cls.printer_columns if path_exists(schema, c.json_path)]
         if out and cls.age_column and not any(
-            c.name.lower() == "age" or c.json_path == _AGE.json_path for c in out
+            c.name.lower() == "age" or c.json_path == AGE.json_path for c in out
         ):
-            out.append(_AGE)
+            out.append(AGE)
         return tuple(out)
 
     @classmethod
@@ -228,7 +195,7 @@ class CustomResource:
         schemas = [v.openapi_schema() for v in versions]
         for v in versions:
             for column in v.printer_columns:
-                if not any(_path_exists(s, column.json_path) for s in schemas):
+                if not any(path_exists(s, column.json_path) for s in schemas):
                     raise TypeError(
                         f"{v.__name__}: printer column {column.name!r} has json_path "
                         f"{column.json_path!r}, which no version of {cls._root.__name__} has; "
@@ -486,16 +453,16 @@ def _declare_root(cls: type[CustomResource]) -> None:
     for attr in ("group", "version", "kind"):
         if not isinstance(getattr(cls, attr), str):
             raise TypeError(f"{cls.__name__}: {attr} must be a str")
-    if not _KIND.fullmatch(cls.kind):
+    if not KIND.fullmatch(cls.kind):
         raise TypeError(f"{cls.__name__}: kind {cls.kind!r} must be alphanumeric, like 'Backup'")
-    if not _GROUP.fullmatch(cls.group):
+    if not GROUP.fullmatch(cls.group):
         raise TypeError(
             f"{cls.__name__}: group {cls.group!r} must be a lowercase DNS name with a dot, "
             "like 'example.com'"
         )
     if "plural" not in cls.__dict__ and ("kind" in cls.__dict__ or not hasattr(cls, "plural")):
         cls.plural = cls.kind.lower() + "s"
-    if not _DNS_LABEL.fullmatch(cls.plural):
+    if not DNS_LABEL.fullmatch(cls.plural):
         raise TypeError(
             f"{cls.__name__}: plural {cls.plural!r} must be a lowercase DNS label, like 'backups'"
         )
@@ -541,7 +508,7 @@ def _declare_version(cls: type[CustomResource], version_of: type[CustomResource]
 
 
 def _check_version_name(cls: type[CustomResource]) -> None:
-    if not isinstance(cls.version, str) or not _DNS_LABEL.fullmatch(cls.version):
+    if not isinstance(cls.version, str) or not DNS_LABEL.fullmatch(cls.version):
         raise TypeError(
             f"{cls.__name__}: version {cls.version!r} must be a lowercase DNS label, like 'v1'"
         )
@@ -589,53 +556,12 @@ def _declare_types(cls: type[CustomResource], caller_locals: Mapping[str, Any]) 
         cls._status_shape = status_shape
 
 
-_AGE = PrinterColumn("Age", ".metadata.creationTimestamp", type="date")
-_PATH_TOKEN = re.compile(r"\.([A-Za-z0-9_\-]+)|\[[^\]]*\]")
-
-
 def _check_columns_syntax(cls: type[CustomResource]) -> None:
     for column in cls.__dict__.get("printer_columns", ()):
         if not isinstance(column, PrinterColumn):
             raise TypeError(
                 f"{cls.__name__}: printer_columns holds {column!r}; use PrinterColumn(...)"
             )
-
-
-def _path_exists(schema: Mapping[str, Any], json_path: str) -> bool:
-    """Whether a simple JSONPath (``.spec.a.b``, ``.status.conditions[0].type``) can hold a
-    value under `schema`. Paths too rich to follow here count as existing."""
-    if json_path.startswith(".metadata") or any(ch in json_path for ch in "*@$"):
-        return True
-    tokens = list(_PATH_TOKEN.finditer(json_path))
-    if "".join(t.group(0) for t in tokens) != json_path:
-        return True  # not a plain path: leave it to kubectl
-    node: Mapping[str, Any] = schema
-    for token in tokens:
-        if node.get("x-kubernetes-preserve-unknown-fields") or "additionalProperties" in node:
-            return True
-        if token.group(1) is None:  # [index]
-            if node.get("type") != "array":
-                return False
-            node = node.get("items", {})
-            continue
-        properties = node.get("properties", {})
-        if token.group(1) not in properties:
-            return False
-        node = properties[token.group(1)]
-    return True
-
-
-_VERSION = re.compile(r"v(\d+)(?:(alpha|beta)(\d+))?")
-
-
-def _version_priority(version: str) -> tuple[int, int, int, str]:
-    """Sort key of Kubernetes' version priority: smaller sorts first (is preferred)."""
-    match = _VERSION.fullmatch(version)
-    if not match:
-        return (3, 0, 0, version)
-    major, stage, minor = match.groups()
-    rank = {None: 0, "beta": 1, "alpha": 2}[stage]
-    return (rank, -int(major), -int(minor or 0), "")
 
 
 def _require_declared(cls: type[CustomResource]) -> None:

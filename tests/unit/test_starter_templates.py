@@ -8,6 +8,7 @@ the CI workflow, the Makefile's targets and `make test`'s choice of cluster.
 from __future__ import annotations
 
 import fnmatch
+import importlib.resources
 import os
 import stat
 import subprocess
@@ -17,7 +18,7 @@ import dockerfile
 import pytest
 import yaml
 
-from operator_kit.new import generate, render, source_of
+from operator_kit.new import FILES, generate, render, source_of
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +36,26 @@ def test_the_project_has_what_a_kubebuilder_user_expects(project: Path) -> None:
     assert (project / "hack/test.sh").stat().st_mode & stat.S_IXUSR
     for path in files:
         assert "{{" not in (project / path).read_text().replace("${{ ", ""), path
+
+
+def test_each_template_is_package_data_and_written_once() -> None:
+    # The templates ship as package data (operator_kit/new/templates/): each file written
+    # has one, found through importlib.resources as an installed wheel finds it, and none
+    # is left over.
+    templates = importlib.resources.files("operator_kit.new") / "templates"
+    shipped: set[str] = set()
+    folders = [(templates, "")]
+    while folders:
+        folder, prefix = folders.pop()
+        for entry in folder.iterdir():
+            if entry.is_dir():
+                folders.append((entry, f"{prefix}{entry.name}/"))
+            else:
+                shipped.add(f"{prefix}{entry.name}")
+    assert shipped == set(FILES.values())
+    assert len(shipped) == len(FILES)  # one template per file written
+    # No dotfile (``.gitignore`` is gitignore.tmpl): a glob or a tool may skip hidden names.
+    assert all(name.endswith(".tmpl") and "/." not in f"/{name}" for name in shipped)
 
 
 def test_the_resource_uses_camel_case_and_standard_conditions(project: Path) -> None:
