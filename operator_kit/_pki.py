@@ -8,9 +8,11 @@ writes files or logs key material; callers decide where PEM bytes go.
 
 from __future__ import annotations
 
+import base64
 import datetime
 import ipaddress
 from dataclasses import dataclass
+from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -193,3 +195,14 @@ def issue(
     if sans:
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
     return Issued(builder.sign(ca.key, hashes.SHA256()), key)
+
+
+def spki(public_key: Any) -> bytes:
+    """The DER SubjectPublicKeyInfo of `public_key`: equal for a key and its certificate."""
+    return bytes(public_key.public_bytes(serialization.Encoding.DER,
+                                         serialization.PublicFormat.SubjectPublicKeyInfo))
+
+
+def b64(data: bytes) -> str:
+    """`data` base64-encoded as text (a Secret's data, a caBundle)."""
+    return base64.b64encode(data).decode("ascii")

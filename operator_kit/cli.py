@@ -40,69 +40,33 @@ the fix, and exit code 2; never a traceback.
 from __future__ import annotations
 
 import argparse
-import errno
 import importlib.metadata
 import logging
 import os
-import socket
 import sys
-import threading
 from collections.abc import Callable
-from dataclasses import dataclass
-from socketserver import ThreadingMixIn
-from typing import TYPE_CHECKING, Any, NoReturn
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
+from typing import TYPE_CHECKING, NoReturn
 
 from operator_kit import logs
 from operator_kit._version import __version__ as kit_version
-from operator_kit.settings import NAME_ENV
+from operator_kit.probes import HttpServer
+from operator_kit.settings import (
+    ENV,
+    METRICS_PORT,
+    NAME_ENV,
+    PROBE_PORT,
+    Address,
+    Settings,
+    UsageError,
+    parse_address,
+)
 
 if TYPE_CHECKING:
     from operator_kit.operator import Operator
 
-__all__ = ["Settings", "UsageError", "apply_environment", "main", "parse"]
+__all__ = ["Address", "Settings", "UsageError", "apply_environment", "main", "parse"]
 
 log = logging.getLogger("operator_kit.cli")
-
-ENV = {
-    "namespace": "OPERATOR_KIT_NAMESPACE",
-    "watch_namespace": "OPERATOR_KIT_WATCH_NAMESPACE",
-    "kubeconfig": "KUBECONFIG",
-    "log_level": "OPERATOR_KIT_LOG_LEVEL",
-    "log_format": "OPERATOR_KIT_LOG_FORMAT",
-    "health_probe_bind_address": "OPERATOR_KIT_HEALTH_PROBE_BIND_ADDRESS",
-    "metrics_bind_address": "OPERATOR_KIT_METRICS_BIND_ADDRESS",
-}
-PROBE_PORT, METRICS_PORT = 8081, 8080
-
-
-class UsageError(Exception):
-    """Bad input on the command line or in the environment: exit code 2."""
-
-
-@dataclass(frozen=True)
-class Address:
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port}"
-
-
-@dataclass(frozen=True)
-class Settings:
-    """What the command line and the environment asked for."""
-
-    namespace: str | None = None
-    watch_namespace: str | None = None
-    kubeconfig: str | None = None
-    log_level: str = "info"
-    log_format: str = "text"
-    health_probe_bind_address: Address | None = None
-    metrics_bind_address: Address | None = None
-    manifests: list[str] | None = None
-
 
 class _Exit(Exception):
     def __init__(self, status: int) -> None:
@@ -201,21 +165,6 @@ def parse(argv: list[str], *, prog: str = "operator", version: str = "",
                     metrics_bind_address=addresses[1])
 
 
-def parse_address(text: str, where: str) -> Address | None:
-    """``HOST:PORT``, ``:PORT`` or ``[V6]:PORT`` as an Address; ``0`` as None (off)."""
-    text = text.strip()
-    if text == "0":
-        return None
-    host, sep, port = text.rpartition(":")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not sep or not port.isdigit() or int(port) > 65535 or (":" in host and not
-                                                                text.startswith("[")):
-        raise UsageError(f"{where} {text!r} is not an address; give HOST:PORT or :PORT "
-                         "(for example 127.0.0.1:8081 or :8081), or 0 to turn it off")
-    return Address(host or "0.0.0.0", int(port))
-
-
 def apply_environment(operator: Operator, settings: Settings | None = None) -> None:
     """Give `operator` the namespaces and kubeconfig the settings (by default: the
     environment variables, as under gunicorn) name, and the names of its webhook Service
@@ -234,55 +183,6 @@ def apply_environment(operator: Operator, settings: Settings | None = None) -> N
     for attribute, variable in NAME_ENV.items():
         if os.environ.get(variable):
             setattr(operator, attribute, os.environ[variable])
-
-
-# -- the probe and metrics servers -------------------------------------------------------
-
-class _QuietHandler(WSGIRequestHandler):
-    """No line per request: the kubelet probes every few seconds."""
-
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("%s %s", self.address_string(), format % args)
-
-
-class _Server(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-
-class HttpServer:
-    """A small threaded HTTP server for the given paths of a Flask app, in its own thread."""
-
-    def __init__(self, what: str, address: Address, flag: str, app: Any) -> None:
-        self.what = what
-        server_class: type[_Server] = _Server
-        if ":" in address.host:
-            server_class = type("_Server6", (_Server,), {"address_family": socket.AF_INET6})
-        try:
-            self._server = server_class((address.host, address.port), _QuietHandler)
-        except OSError as err:
-            if err.errno == errno.EADDRINUSE:
-                raise UsageError(f"{flag} {address}: the address is already in use; stop what "
-                                 "listens there, choose another port, or give 0 to turn the "
-                                 f"{what} server off") from None
-            raise UsageError(f"{flag} {address}: cannot listen there ({err.strerror}); choose "
-                             f"another address, or give 0 to turn the {what} server off"
-                             ) from None
-        self._server.set_app(app)
-        host, port = self._server.server_address[:2]
-        self.address = Address(str(host), int(port))
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        name=f"{what}-server", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-        log.info("serving %s on http://%s", self.what, self.address)
-
-    def stop(self) -> None:
-        if self._thread.is_alive():
-            self._server.shutdown()
-            self._thread.join(5)
-        self._server.server_close()
 
 
 def servers(operator: Operator, settings: Settings) -> list[HttpServer]:

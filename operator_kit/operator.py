@@ -31,9 +31,11 @@ from operator_kit.api.rbac import Rule, merge_rules
 from operator_kit.api.resources import CustomResource
 from operator_kit.client.events import EventRecorder
 from operator_kit.client.transport import Api, api_client, current_namespace
-from operator_kit.election import leader, sharding
+from operator_kit.election import leader, sharder, sharding
 from operator_kit.election.leader import LeaderElection, LeaderElector
-from operator_kit.election.sharding import Members, Membership, Sharder, Sharding
+from operator_kit.election.sharder import Members, Membership, Sharder
+from operator_kit.election.sharding import Sharding
+from operator_kit.probes import add_probe_views
 from operator_kit.runtime.controller import Controller
 from operator_kit.runtime.objects import Objects
 from operator_kit.runtime.runner import ControllerRunner
@@ -198,7 +200,7 @@ class Operator:
             from operator_kit.webhooks.server import Webhooks
 
             self._webhooks = Webhooks(self.name)
-            _add_probes(self._webhooks, self)
+            add_probe_views(self._webhooks, live=self.live, ready=self.ready)
         return self._webhooks
 
     @property
@@ -343,13 +345,15 @@ class Operator:
         return not dead
 
     def dead_threads(self) -> list[str]:
-        """Names of worker and watch threads that ended while the operator runs."""
+        """Names of worker, watch and sharder threads that ended while the operator runs."""
         if not self._started or self.stopping.is_set():
             return []
         dead = [name for runner in self._runners for name in runner.dead_threads()]
         if self._informers is not None:
             dead += [f"watch-{i.resource.plural}" for i in self._informers.values()
                      if i.started and not i.alive()]
+        if self._sharder is not None and not self._sharder.alive_thread():
+            dead.append(f"sharder-{self.name}")
         return dead
 
     # -- running ---------------------------------------------------------------------------
@@ -419,7 +423,7 @@ class Operator:
             with self._lock:
                 if self.stopping.is_set() or self._members is None:
                     return
-                self._sharder = sharding.Sharder(
+                self._sharder = sharder.Sharder(
                     self.api, self.informers, config, operator=self.name,
                     members=self._members, kinds=self._sharded_kinds(config),
                     stop=self.stopping)
@@ -433,7 +437,7 @@ class Operator:
             recorder = EventRecorder(self.api, self.name)
             informers = self.informers
             # A member's reconciles write through a fence: none lands after its Lease lapsed.
-            api = sharding.FencedApi(self.api, may_reconcile) if shard else self.api
+            api = sharder.FencedApi(self.api, may_reconcile) if shard else self.api
             objects = Objects(api, informers, field_manager=self.name,
                               shard_selector=shard.selector() if shard else None)
             runners = [ControllerRunner(
@@ -460,7 +464,7 @@ class Operator:
                              f"operator {self.name} does not have; its controllers are "
                              f"{', '.join(c.name for c in self.controllers)}")
         sharded = [c for c in self.controllers if config.shards(c.name)]
-        membership: sharding.Membership
+        membership: sharder.Membership
 
         def joined() -> None:
             scope = ShardScope(config.label_key(self.name),
@@ -468,10 +472,10 @@ class Operator:
                                         membership.identity, self.name)
             self._run_controllers(sharded, membership.may_reconcile, scope)
 
-        self._members = sharding.Members(self.informers, operator=self.name,
+        self._members = sharder.Members(self.informers, operator=self.name,
                                          namespace=self.namespace)
         self._members.start()
-        membership = sharding.Membership(self.api, config, operator=self.name,
+        membership = sharder.Membership(self.api, config, operator=self.name,
                                          namespace=self.namespace, on_joined=joined,
                                          on_lost=self._lost_lease)
         self._membership = membership
@@ -480,16 +484,16 @@ class Operator:
         membership.start()
 
     @property
-    def membership(self) -> sharding.Membership | None:
+    def membership(self) -> sharder.Membership | None:
         """This replica's shard membership (None without sharding, or before start)."""
         return self._membership
 
-    def _sharded_kinds(self, config: Sharding) -> list[sharding.ShardedKind]:
+    def _sharded_kinds(self, config: Sharding) -> list[sharder.ShardedKind]:
         objects = Objects(self.api)
         kinds = []
         for controller in self.controllers:
             if config.shards(controller.name):
-                kinds.append(sharding.ShardedKind(
+                kinds.append(sharder.ShardedKind(
                     objects.resource(controller.resource), controller.namespace,
                     controller.label_selector,
                     [objects.resource(k.api_version + "/" + k.kind)
@@ -582,25 +586,3 @@ class Operator:
 
 def _always() -> bool:
     return True
-
-
-def _add_probes(app: Webhooks, operator: Operator) -> None:
-    from flask import Response
-    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
-    def livez() -> Response:
-        ok = operator.live()
-        return Response("ok\n" if ok else "stopping\n", 200 if ok else 503,
-                        mimetype="text/plain")
-
-    def readyz() -> Response:
-        ok = operator.ready()
-        return Response("ok\n" if ok else "not ready\n", 200 if ok else 503,
-                        mimetype="text/plain")
-
-    def metrics_view() -> Response:
-        return Response(generate_latest(), mimetype=CONTENT_TYPE_LATEST)
-
-    app.add_url_rule("/livez", "livez", livez)
-    app.add_url_rule("/readyz", "readyz", readyz)
-    app.add_url_rule("/metrics", "metrics", metrics_view)

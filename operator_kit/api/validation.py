@@ -388,11 +388,6 @@ class CelRule(Constraint):
                 if problem:
                     raise ValueError(f"CelRule {expression!r} is not valid CEL: {problem}")
 
-    @property
-    def is_transition(self) -> bool:
-        """True when the rule compares with ``oldSelf`` (checked on updates only)."""
-        return re.search(r"\boldSelf\b", self.rule) is not None
-
     def keywords(self) -> dict[str, Any]:
         return {"x-kubernetes-validations": [self.validation()]}
 

@@ -211,6 +211,15 @@ class Api:
     def get(self, path: str, **query: Any) -> Any:
         return self.request("GET", path, query=query)
 
+
+    def get_or_none(self, path: str, **query: Any) -> Any:
+        """GET `path`, or None when the API server answers 404 (not found)."""
+        try:
+            return self.get(path, **query)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
     def apply(
         self,
         obj: Mapping[str, Any],
@@ -392,10 +401,6 @@ def _error(response: Any) -> ApiException:
     err.body = raw.decode("utf-8", "replace")
     err.headers = response.headers
     return err
-
-
-THROTTLE_RETRIES = 10
-"""How often one request is retried after 429 Too Many Requests (client-go's number)."""
 
 
 def throttle_delay(err: ApiException) -> float:

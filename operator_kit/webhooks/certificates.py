@@ -45,6 +45,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from operator_kit import _pki
+from operator_kit._pki import b64, spki
 from operator_kit.client.transport import Api
 
 __all__ = ["ExternalCertificate", "TlsFiles", "WebhookCertificate"]
@@ -184,9 +185,9 @@ class WebhookCertificate:
             key = _pki.load_key(self.ca_key_pem)
         except (ValueError, TypeError, UnsupportedAlgorithm):
             return None
-        mine = _spki(key.public_key())
+        mine = spki(key.public_key())
         for ca in self.cas:
-            if _spki(ca.public_key()) == mine:
+            if spki(ca.public_key()) == mine:
                 return _pki.Issued(ca, key)
         return None
 
@@ -220,7 +221,7 @@ class WebhookCertificate:
             cas = x509.load_pem_x509_certificates(self.ca_pem)
         except (ValueError, TypeError, UnsupportedAlgorithm) as err:
             raise ValueError(f"not a usable certificate, key and CA: {err}") from None
-        if _spki(cert.public_key()) != _spki(key.public_key()):
+        if spki(cert.public_key()) != spki(key.public_key()):
             raise ValueError("the private key does not belong to the certificate")
         if signer_of(cert, cas) is None:
             raise ValueError("no CA in the bundle signed the certificate")
@@ -268,12 +269,12 @@ class WebhookCertificate:
         """A ``kubernetes.io/tls`` Secret with cert-manager's keys: tls.crt, tls.key, ca.crt
         (and ``ca.key``, the issuing CA's key, when there is one)."""
         data = {
-            "tls.crt": _b64(self.cert_pem),
-            "tls.key": _b64(self.key_pem),
-            "ca.crt": _b64(self.ca_pem),
+            "tls.crt": b64(self.cert_pem),
+            "tls.key": b64(self.key_pem),
+            "ca.crt": b64(self.ca_pem),
         }
         if self.ca_key_pem:
-            data["ca.key"] = _b64(self.ca_key_pem)
+            data["ca.key"] = b64(self.ca_key_pem)
         return {
             "apiVersion": "v1",
             "kind": "Secret",
@@ -345,7 +346,7 @@ class WebhookCertificate:
         names = service_dns_names(service, namespace)
         where = f"Secret {namespace}/{secret}"
         for _ in range(_ATTEMPTS):
-            current = _get_or_none(api, path)
+            current = api.get_or_none(path)
             if current is None:
                 fresh = cls.generate(service, namespace, days=days)
                 try:
@@ -429,7 +430,7 @@ class WebhookCertificate:
         a CRD without a conversion webhook, raises LookupError / ValueError.
         """
         api = Api(api_client)
-        bundle = _b64(self.ca_pem)
+        bundle = b64(self.ca_pem)
         registration = "/apis/admissionregistration.k8s.io/v1"
         targets = [
             *((f"{registration}/validatingwebhookconfigurations/{n}", n) for n in validating),
@@ -452,7 +453,7 @@ def service_dns_names(service: str, namespace: str) -> tuple[str, ...]:
 
 def _update(api: Api, path: str, name: str, bundle: str) -> None:
     for _ in range(_ATTEMPTS):
-        obj = _get_or_none(api, path)
+        obj = api.get_or_none(path)
         if obj is None:
             raise LookupError(
                 f"{path.rsplit('/', 2)[-2]} {name} does not exist; apply the operator's "
@@ -518,27 +519,6 @@ def signer_of(cert: x509.Certificate,
 def new_issuer(name: str, lifetime: datetime.timedelta) -> _pki.Issued:
     """A CA for serving certificates named `name`."""
     return _pki.new_ca(f"{name[:53]} webhook CA", lifetime=lifetime)
-
-
-def _get_or_none(api: Api, path: str) -> Any:
-    try:
-        return api.get(path)
-    except ApiException as err:
-        if err.status == 404:
-            return None
-        raise
-
-
-def _spki(public_key: Any) -> bytes:
-    return bytes(
-        public_key.public_bytes(
-            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
-    )
-
-
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
 
 
 def _write_atomically(path: Path, data: bytes, mode: int) -> None:

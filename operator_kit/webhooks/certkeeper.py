@@ -65,14 +65,12 @@ from cryptography import x509
 from kubernetes.client.exceptions import ApiException
 
 from operator_kit import _pki
+from operator_kit._pki import b64, spki
 from operator_kit.client.events import EventRecorder
 from operator_kit.client.installation import foreign_owner
 from operator_kit.client.transport import Api, error_message
 from operator_kit.webhooks.certificates import (
     WebhookCertificate,
-    _b64,
-    _get_or_none,
-    _spki,
     ca_bundle_paths,
     new_issuer,
     patch_bundle,
@@ -201,7 +199,7 @@ def plan(current: WebhookCertificate | None, *, service: str, namespace: str,
     since = _pki.issued_at(issuer.cert)
     settled = now >= since + datetime.timedelta(seconds=rotation.settle)
     signer = current.signer()
-    older = signer is None or _spki(signer.public_key()) != _spki(issuer.cert.public_key())
+    older = signer is None or spki(signer.public_key()) != spki(issuer.cert.public_key())
     due = broken or (
         f"the serving certificate is due for renewal (expires {current.not_after.isoformat()})"
         if now >= rotation.renew_at(current._cert) else
@@ -220,9 +218,9 @@ def _pruned(cert: WebhookCertificate, rotation: Rotation,
     """`cert` without the CAs nothing needs: not the issuer, not the serving certificate's
     signer, and expired or older than `overlap` since that certificate was issued."""
     issuer, signer = cert.issuer(), cert.signer()
-    needed = {_spki(c.public_key()) for c in (issuer.cert if issuer else None, signer) if c}
+    needed = {spki(c.public_key()) for c in (issuer.cert if issuer else None, signer) if c}
     young = now < _pki.issued_at(cert._cert) + rotation.overlap
-    kept = [ca for ca in _unique(cert.cas) if _spki(ca.public_key()) in needed
+    kept = [ca for ca in _unique(cert.cas) if spki(ca.public_key()) in needed
             or (young and ca.not_valid_after_utc > now)]
     return _with_cas(cert, kept)
 
@@ -358,7 +356,7 @@ class CertificateKeeper:
         ]
         for target in targets:
             try:
-                target.obj = _get_or_none(self.api, target.path)
+                target.obj = self.api.get_or_none(target.path)
             except ApiException as err:
                 if err.status != 403:
                     raise
@@ -381,7 +379,7 @@ class CertificateKeeper:
     def _settle_secret(self, targets: Sequence[_Target]) -> WebhookCertificate | None:
         """What the Secret holds once this pass wrote what it should; None on a conflict."""
         path = f"/api/v1/namespaces/{self.namespace}/secrets/{self.secret}"
-        secret = _get_or_none(self.api, path)
+        secret = self.api.get_or_none(path)
         current: WebhookCertificate | None = None
         if secret is not None:
             if secret.get("type") not in (None, "kubernetes.io/tls"):
@@ -434,7 +432,7 @@ class CertificateKeeper:
 
     def _patch_bundles(self, targets: Sequence[_Target], desired: WebhookCertificate) -> bool:
         """Write the Secret's bundle into every caBundle; whether one gained a CA."""
-        bundle = _b64(desired.ca_pem)
+        bundle = b64(desired.ca_pem)
         added = False
         for target in targets:
             if target.obj is None:
@@ -444,7 +442,7 @@ class CertificateKeeper:
                 added |= any(_pki.cert_pem(c) not in before for c in desired.cas)
                 logger.info("patched the webhook CA bundle into %s %s", target.kind,
                             target.name)
-                target.obj = _get_or_none(self.api, target.path)
+                target.obj = self.api.get_or_none(target.path)
         return added
 
     def _installed_from_files(self) -> WebhookCertificate | None:

@@ -11,7 +11,17 @@ from typing import Any
 
 import pytest
 
-from operator_kit import Action, Context, Controller, CustomResource, InvalidResource, Operator
+from operator_kit import (
+    Action,
+    Context,
+    Controller,
+    CustomResource,
+    InvalidResource,
+    LeaderElection,
+    Operator,
+    Sharding,
+)
+from operator_kit.election.sharder import Sharder
 from operator_kit.testing import Namespace, TestCluster, eventually
 
 from .conftest import Recorder, Widget, WidgetStatus, create_widget, widget_path
@@ -82,6 +92,29 @@ def test_a_worker_thread_that_dies_anyway_fails_livez_and_is_named(
         response = probes.get("/livez")
     assert response.status_code == 503
     assert any("reconcile-widget-0" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_sharder_thread_that_dies_fails_livez_and_is_named(
+        cluster: TestCluster, namespace: Namespace, run_operator: Any,
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    # The leader's assigner: were it gone silently, no new object would ever be assigned.
+    def dies(self: Sharder) -> None:
+        raise SystemExit("the sharder's loop ended")
+
+    monkeypatch.setattr(Sharder, "_run", dies)
+    timings = {"lease_duration": 4.0, "renew_deadline": 3.0, "retry_period": 0.5}
+    with caplog.at_level(logging.CRITICAL, "operator_kit.operator"):
+        operator: Operator = run_operator(
+            Returning(namespace.name, {}), name="sharded-livez", namespace=namespace.name,
+            leader_election=LeaderElection(lease_name="sharded-livez", identity="solo",
+                                           **timings),
+            sharding=Sharding(identity="solo", **timings))
+        eventually(30, lambda: operator.dead_threads() == ["sharder-sharded-livez"],
+                   message="the dead sharder thread is reported")
+        response = operator.webhooks.test_client().get("/livez")
+    assert response.status_code == 503
+    assert any("sharder-sharded-livez" in r.getMessage() for r in caplog.records)
 
 
 class Failing(Controller[Widget]):

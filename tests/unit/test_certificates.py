@@ -234,6 +234,14 @@ class FakeApi:
             raise ApiException(status=404)
         return copy.deepcopy(self.objects[path])
 
+    def get_or_none(self, path: str) -> Any:
+        try:
+            return self.get(path)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
     def request(self, method: str, path: str, *, body: Any = None, **_: Any) -> Any:
         self.calls.append((method, path))
         if self.before_write:

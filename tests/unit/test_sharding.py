@@ -16,8 +16,8 @@ from operator_kit import (
     Operator,
     Sharding,
 )
+from operator_kit.election.sharder import Members
 from operator_kit.election.sharding import (
-    Members,
     Patch,
     Placed,
     Ring,
