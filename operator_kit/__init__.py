@@ -8,6 +8,8 @@ certificate, manifests generated from the code, metrics and probes.
 Only the public names are here; everything else is internal to its module.
 """
 
+import sys
+
 from operator_kit._version import __version__ as __version__
 from operator_kit.api.conditions import Condition, Conditions, find_condition, set_condition
 from operator_kit.api.kinds import Kind
@@ -37,11 +39,17 @@ from operator_kit.election.leader import LeaderElection
 from operator_kit.election.sharding import Sharding
 from operator_kit.operator import Operator
 from operator_kit.runtime import filters
-from operator_kit.runtime.context import Context
+from operator_kit.runtime.context import ALL_NAMESPACES, AlreadyOwned, Context
 from operator_kit.runtime.controller import Action, Controller, Index, Owns, Watch
 
+# ``import operator_kit.filters`` and ``from operator_kit.filters import spec_changed``: the
+# path the docs have always given, for the module that now lives in the runtime layer.
+sys.modules.setdefault(f"{__name__}.filters", filters)
+
 __all__ = [
+    "ALL_NAMESPACES",
     "Action",
+    "AlreadyOwned",
     "CelRule",
     "Condition",
     "Conditions",

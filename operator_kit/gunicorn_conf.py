@@ -15,7 +15,7 @@ Why these values:
 - Each request must be received in full within ``OPERATOR_KIT_READ_TIMEOUT`` seconds
   (default 5) of a thread taking it up, else its connection is closed: without that, as
   many stalled or trickling clients as threads would stop every webhook being answered
-  (see `operator_kit.gunicorn_worker`).
+  (see `operator_kit.webhooks.gunicorn_worker`).
 - ``reuse_port``: two replicas (or an old and a new process during a rollout) may listen
   on one port, as pods behind a Service do.
 - TLS is required: the API server only calls webhooks over HTTPS. The files come from
@@ -23,9 +23,9 @@ Why these values:
   `WebhookCertificate.install` sets), else ``OPERATOR_KIT_TLS_DIR``/tls.crt and tls.key
   (a mounted ``kubernetes.io/tls`` Secret). They must exist when gunicorn starts: gunicorn
   checks them before it listens. The ``ssl_context`` hook hands every new connection the
-  context of `operator_kit.tls.ServingContext`, which reloads the files when they change
+  context of `operator_kit.webhooks.tls.ServingContext`, which reloads the files when they change
   (looked at once a second), so a renewed certificate is served without a restart, and
-  restricts TLS to 1.2 with AEAD suites and 1.3 (`operator_kit.tls.apply_policy`).
+  restricts TLS to 1.2 with AEAD suites and 1.3 (`operator_kit.webhooks.tls.apply_policy`).
   ``OPERATOR_KIT_INSECURE_HTTP=1`` serves plain HTTP, for local debugging only.
 - With an Operator that serves webhooks, ``post_worker_init`` starts its certificate
   keeper in the worker (`Operator.keep_webhook_tls`): it follows the shared Secret,

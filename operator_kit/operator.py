@@ -71,7 +71,7 @@ class Operator:
                              "replica assigns the objects to members; pass "
                              "leader_election=LeaderElection()")
         self.name = name
-        # None: the replicas keep their own certificate (operator_kit.certkeeper).
+        # None: the replicas keep their own certificate (operator_kit.webhooks.certkeeper).
         self.webhook_certificate = webhook_certificate
         self.leader_election = leader_election
         self.sharding = sharding
@@ -223,7 +223,7 @@ class Operator:
         Run before the webhook server starts (gunicorn_conf does it in the master): the
         first replica creates the certificate Secret, the others read it (and heal or
         renew it when needed); every configuration and conversion webhook of this
-        operator is told to trust its CA (`operator_kit.certkeeper`). Nothing to do, and
+        operator is told to trust its CA (`operator_kit.webhooks.certkeeper`). Nothing to do, and
         nothing done, when the operator has no webhooks or brings its own certificate
         (`webhook_certificate`).
         """
@@ -363,7 +363,7 @@ class Operator:
         if not self.controllers:
             raise RuntimeError(f"operator {self.name} has no controllers to run")
         foreign = getattr(self._tls_keeper, "foreign", None)
-        if foreign:  # one installation per cluster (operator_kit.installation)
+        if foreign:  # one installation per cluster (operator_kit.client.installation)
             log.error("operator %s: not starting the controllers: %s; restart this replica "
                       "once that is fixed", self.name, foreign)
             return

@@ -3,17 +3,19 @@
 `PrinterColumn` is one CRD additionalPrinterColumns entry; `path_exists` says whether a
 column's JSONPath can hold a value under a version's schema (a column naming a field the
 schema lacks is an error when the kind is declared); `AGE` is the column every kind gets
-unless it names its own.
+unless it names its own (or sets ``age_column = False``). Columns are per version: a
+version shows a column only where its path exists in that version's schema, and a path
+no version has is an error when the CRD is written.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["AGE", "PrinterColumn", "path_exists"]
+__all__ = ["AGE", "PrinterColumn", "check_columns_syntax", "path_exists"]
 
 _COLUMN_TYPES = ("string", "integer", "number", "boolean", "date")
 
@@ -74,3 +76,10 @@ def path_exists(schema: Mapping[str, Any], json_path: str) -> bool:
             return False
         node = properties[token.group(1)]
     return True
+
+
+def check_columns_syntax(kind: str, columns: Iterable[Any]) -> None:
+    """A TypeError unless each of a kind's declared `columns` is a `PrinterColumn`."""
+    for column in columns:
+        if not isinstance(column, PrinterColumn):
+            raise TypeError(f"{kind}: printer_columns holds {column!r}; use PrinterColumn(...)")

@@ -13,7 +13,7 @@ condition speaks about::
     set_condition(backup.status.conditions, "Ready", "True", reason="Scheduled",
                   message="CronJob created", observed_generation=backup.generation)
 
-This module imports only `operator_kit.validation`.
+This module imports only `operator_kit.api.validation`.
 """
 
 from __future__ import annotations

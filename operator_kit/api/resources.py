@@ -25,16 +25,13 @@ JSON field names follow the kind's ``json_names`` policy, chosen once on the roo
 (``json_names = "camelCase"`` writes ``last_run`` as ``lastRun``; the default
 ``"python"`` keeps the Python names); a version may choose its own.
 
-Printer columns are per version: a version shows a column only where the column's path
-exists in that version's schema (a path no version has is an error when the CRD is
-written), and an Age column is added unless ``age_column = False``. ``kubectl get`` shows
-the *preferred* version: Kubernetes prefers the served version with the highest version
-priority (v2 > v1 > v1beta2 > v1beta1 > v1alpha1, whatever the storage version),
-`preferred_version()` says which one that is, and ``preferred = True`` on a version
-states the choice so the CRD fails to generate if Kubernetes would show another.
+Printer columns are per version (`operator_kit.api.columns`). ``kubectl get`` shows the
+*preferred* version, the served one of highest priority (`operator_kit.api.names`):
+`preferred_version()` says which, and ``preferred = True`` on a version states the choice
+so the CRD fails to generate if Kubernetes would show another.
 
 ``from_dict`` / ``to_dict`` convert to and from the API's dict. Spec and status go
-through the codec of `operator_kit.schema` (the same shapes the CRD schema comes from);
+through the codec of `operator_kit.api.schema` (the same shapes the CRD schema comes from);
 metadata and keys this class does not know are carried through unchanged, so an object
 read from the API can be written back without losing anything.
 """
@@ -50,7 +47,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
-from operator_kit.api.columns import AGE, PrinterColumn, path_exists
+from operator_kit.api.columns import AGE, PrinterColumn, check_columns_syntax, path_exists
 from operator_kit.api.names import DNS_LABEL, GROUP, KIND, version_priority
 from operator_kit.api.schema import InvalidValue, JsonNames, ObjectShape, shape_of
 
@@ -114,7 +111,7 @@ class CustomResource:
         else:
             _declare_version(cls, version_of)
         _declare_types(cls, caller.f_locals)
-        _check_columns_syntax(cls)
+        check_columns_syntax(cls.__name__, cls.__dict__.get("printer_columns", ()))
 
     # ------------------------------------------------------------------ the kind
 
@@ -234,6 +231,17 @@ class CustomResource:
         _require_declared(cls)
         return cls._status_shape.cls if cls._status_shape else None
 
+    @classmethod
+    def status_shape(cls) -> ObjectShape | None:
+        """The status dataclass's shape (its schema and JSON codec), or None."""
+        _require_declared(cls)
+        return cls._status_shape
+
+    def status_as_read(self) -> dict[str, Any] | None:
+        """The status JSON this object had when it was read from the API (a copy taken
+        then, which no change to `status` reaches); None for an object made in code."""
+        return copy.deepcopy(self._read_status)
+
     # ------------------------------------------------------------------ an object
 
     def __init__(
@@ -265,7 +273,7 @@ class CustomResource:
             metadata["annotations"] = dict(annotations)
         if status is None and cls._status_shape is not None:
             status = cls._status_shape.default_instance()
-        self._setup(metadata, spec, status, unknown={}, absent={})
+        self._setup(metadata, spec, status, unknown={}, absent={}, read_status=None)
 
     def _setup(
         self,
@@ -275,6 +283,7 @@ class CustomResource:
         *,
         unknown: dict[str, Any],
         absent: dict[str, Any],
+        read_status: dict[str, Any] | None,
     ) -> None:
         self.metadata = metadata
         self.spec = spec
@@ -284,6 +293,8 @@ class CustomResource:
         # spec/status that were missing from the dict, with the JSON of their default:
         # to_dict() leaves them out again while they still equal it.
         self._absent = absent
+        # The status as read (a copy the user's code never sees): see status_as_read().
+        self._read_status = read_status
 
     @classmethod
     def from_dict(cls: type[_R], data: Mapping[str, Any]) -> _R:
@@ -330,7 +341,9 @@ class CustomResource:
         known = _TOP_LEVEL if status_shape is not None else _TOP_LEVEL[:-1]
         unknown = {k: copy.deepcopy(v) for k, v in data.items() if k not in known}
         obj = cls.__new__(cls)
-        obj._setup(copy.deepcopy(dict(metadata)), spec, status, unknown=unknown, absent=absent)
+        read_status = copy.deepcopy(data.get("status")) if status_shape is not None else None
+        obj._setup(copy.deepcopy(dict(metadata)), spec, status, unknown=unknown, absent=absent,
+                   read_status=read_status or {})
         return obj
 
     def to_dict(self) -> dict[str, Any]:
@@ -554,14 +567,6 @@ def _declare_types(cls: type[CustomResource], caller_locals: Mapping[str, Any]) 
         )
         assert isinstance(status_shape, ObjectShape)
         cls._status_shape = status_shape
-
-
-def _check_columns_syntax(cls: type[CustomResource]) -> None:
-    for column in cls.__dict__.get("printer_columns", ()):
-        if not isinstance(column, PrinterColumn):
-            raise TypeError(
-                f"{cls.__name__}: printer_columns holds {column!r}; use PrinterColumn(...)"
-            )
 
 
 def _require_declared(cls: type[CustomResource]) -> None:

@@ -22,7 +22,7 @@ attribute): ``"python"`` keeps the Python names, ``"camelCase"`` writes ``last_r
 from the dataclass docstring.
 
 Validation constraints ride on the type with ``typing.Annotated`` (see
-`operator_kit.validation`): ``Annotated[int, Minimum(0)]`` adds ``minimum: 0`` to the
+`operator_kit.api.validation`): ``Annotated[int, Minimum(0)]`` adds ``minimum: 0`` to the
 field's schema. They are checked against the type here, so `Minimum` on a str fails when
 the class is parsed, naming the field.
 

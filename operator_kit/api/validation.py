@@ -25,7 +25,7 @@ declaration), naming the field: a constraint on a type it cannot apply to (`Mini
 str), a regex Python cannot compile, a minimum above the maximum, map keys that are not
 required fields of the items, a CEL expression with unbalanced brackets or quotes.
 
-This module imports nothing else of operator_kit; `operator_kit.schema` reads it.
+This module imports nothing else of operator_kit; `operator_kit.api.schema` reads it.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ controllers; members coordinate only through the API server.
 
 **Membership.** Each replica holds a Lease of its own, ``<operator>-member-<identity>``,
 labelled ``operator-kit.io/member-of=<operator>``, renewed every ``retry_period`` by a
-`operator_kit.leader.LeaderElector` — so a member is fenced exactly like the leader: one
+`operator_kit.election.leader.LeaderElector` — so a member is fenced exactly like the leader: one
 that has not renewed within ``renew_deadline`` (counted on its own monotonic clock from
 when it *sent* its last successful renewal) stops starting reconciles at once and exits
 the process. On a clean stop it releases and deletes its Lease only after its reconciles

@@ -10,8 +10,9 @@ reference right under an overlay's namePrefix; see `operator_kit.manifests._kust
 ``--check`` first reads the cluster of the current kubeconfig (or ``--kubeconfig``) and
 refuses — exit 1, one line per object on stderr, nothing on stdout — when the operator
 is already installed in another namespace: one installation per cluster
-(`operator_kit.installation`). ``--certificate-secret NAME`` mounts a certificate Secret
-someone else keeps (cert-manager) instead (`operator_kit.certificates.ExternalCertificate`).
+(`operator_kit.client.installation`). ``--certificate-secret NAME`` mounts a certificate
+Secret someone else keeps (cert-manager) instead
+(`operator_kit.webhooks.certificates.ExternalCertificate`).
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ class Rbac:
         self.name = name
         self.namespace = namespace
         # Sharding: members list and watch the member Leases, which live in the namespace
-        # (operator_kit.sharding), so Lease list/watch goes into the Role too.
+        # (operator_kit.election.sharding), so Lease list/watch goes into the Role too.
         self.member_leases = member_leases
         self._rules: list[Rule] = []
         self._namespaced: list[Rule] = []

@@ -2,7 +2,7 @@
 
 Each reconcile gets a `Context` of its own. Its reads (`get`, `list`, `owned`) come from
 the operator's informer caches where it watches the kind, and from the API server
-otherwise (see `operator_kit.objects`); they see this reconcile's own writes at once.
+otherwise (see `operator_kit.runtime.objects`); they see this reconcile's own writes at once.
 Its writes (`create`, `apply`, `apply_owned`, `patch`, `patch_status`, `delete`) go to
 the API server, each with a dry-run.
 """
@@ -16,15 +16,20 @@ from typing import Any, Literal, TypeVar
 
 from kubernetes import client
 
-from operator_kit.api.kinds import KindSpec
+from operator_kit.api.kinds import Kind, KindSpec
 from operator_kit.api.resources import CustomResource
+from operator_kit.api.shapes import ConstrainedShape, NullableShape, ObjectShape
 from operator_kit.client.events import EventRecorder
 from operator_kit.client.transport import Api
 from operator_kit.runtime.objects import Objects, PatchType, encode, obj_like
-from operator_kit.runtime.own_writes import OwnWrites
+from operator_kit.runtime.own_writes import LastApplies, OwnWrites
 
 R = TypeVar("R", bound=CustomResource)
 
+
+ALL_NAMESPACES = "*"
+"""``ctx.list(kind, namespace=ALL_NAMESPACES)``: every namespace, not the reconciled
+object's (no namespace can be named ``*``)."""
 
 _Items = list[Any]
 # (aliases: inside the classes, `list` is the method)
@@ -37,12 +42,13 @@ class Context:
     ``ctx.create``, ``ctx.apply``, ``ctx.apply_owned``, ``ctx.patch``, ``ctx.delete``
     and ``ctx.patch_status`` write; ``ctx.event`` posts an Event; ``ctx.log`` logs.
     A `kind` is a CustomResource class, a ``"group/version/Kind"`` string or a
-    kubernetes client model class (`operator_kit.kinds`)."""
+    kubernetes client model class (`operator_kit.api.kinds`)."""
 
     def __init__(self, api: Api, *, field_manager: str, recorder: EventRecorder,
                  controller: str, objects: Objects | None = None,
                  own_writes: OwnWrites | None = None, namespace: str | None = None,
-                 shard_label: str | None = None) -> None:
+                 shard_label: str | None = None,
+                 last_applies: LastApplies | None = None) -> None:
         self.api = api
         self.shard_label = shard_label
         """A shard member's assignment label: children get their owner's (sharding.py)."""
@@ -55,6 +61,8 @@ class Context:
         self.objects = objects if objects is not None else Objects(
             api, field_manager=field_manager)
         self._own_writes = own_writes
+        # Kept by the controller's base context and shared with each reconcile's.
+        self._last_applies = last_applies if last_applies is not None else LastApplies()
         self._recorder = recorder
         # The status each patch_status of this reconcile left, by (kind, namespace, name):
         # a second patch of the same `obj` compares against it, not against the status
@@ -66,7 +74,7 @@ class Context:
         return Context(self.api, field_manager=self.field_manager, recorder=self._recorder,
                        controller=self.controller, objects=self.objects.session(),
                        own_writes=self._own_writes, namespace=obj.namespace,
-                       shard_label=self.shard_label)
+                       shard_label=self.shard_label, last_applies=self._last_applies)
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -79,10 +87,13 @@ class Context:
     def list(self, kind: KindSpec, namespace: str | None = None,
              labels: Mapping[str, str] | str | None = None,
              index: tuple[str, str] | None = None) -> _Items:
-        """The objects of `kind` in `namespace` (None: all the operator sees), matching
-        `labels`, filed under ``index=(name, value)``; ordered by namespace and name.
-        From the cache when the operator watches `kind`, else from the API server."""
-        return self.objects.list(kind, namespace, labels, index)
+        """The objects of `kind` in `namespace`, matching `labels`, filed under
+        ``index=(name, value)``; ordered by namespace and name. For a namespaced kind,
+        `namespace` defaults to the reconciled object's, as for `get`;
+        ``namespace=ALL_NAMESPACES`` lists every namespace the operator sees. From the
+        cache when the operator watches `kind`, else from the API server."""
+        where = None if namespace == ALL_NAMESPACES else (namespace or self.namespace)
+        return self.objects.list(kind, where, labels, index)
 
     def owned(self, obj: CustomResource | Mapping[str, Any], kind: KindSpec) -> _Items:
         """The objects of `kind` (named in ``owns``) whose controller ownerReference is
@@ -97,9 +108,12 @@ class Context:
 
         With `owner`, the new object gets a controller ownerReference to it (and the
         owner's namespace when it names none), as controller-runtime's
-        ``SetControllerReference``: deleting the owner garbage-collects it."""
+        ``SetControllerReference``: deleting the owner garbage-collects it. An object
+        of that name controlled by another owner is `AlreadyOwned`, before any write."""
         if owner is not None:
-            created = self.objects.create(self._owned_body(owner, obj), dry_run=dry_run)
+            body = self._owned_body(owner, obj)
+            self._current_child(owner, body, adopt=False)
+            created = self.objects.create(body, dry_run=dry_run)
             return obj_like(obj, created, self.client)
         return self.objects.create(obj, dry_run=dry_run)
 
@@ -127,27 +141,31 @@ class Context:
 
         One rule: the kind's status *dataclass* means "the status is exactly this" —
         fields that are None, or absent from it, are cleared; a *dict* is a JSON merge
-        patch — the keys it names change (None deletes one), the others stay. A write
-        that would change nothing sends no request and returns `obj` — compared with
-        what an earlier patch_status of the same object in this reconcile wrote, else
-        with the status `obj` holds (so patching one `obj` twice does what it says)."""
+        patch — the keys it names change (None deletes one), the others stay, and a key
+        the status dataclass does not have is a `TypeError` naming it (the API server
+        would prune it silently). A write that would change nothing sends no request
+        and returns `obj` — compared with what an earlier patch_status of the same
+        object in this reconcile wrote, else with the status `obj` had when it was read
+        (`CustomResource.status_as_read`: changes made to ``obj.status`` since, through a
+        shared list say, cannot hide a change). An object made in code is always sent."""
         kind = type(obj)
-        shape = kind._status_shape
+        shape = kind.status_shape()
         if shape is None:
             raise TypeError(f"{kind.kind} declares no status: add a `status: <dataclass>` "
                             "annotation to the class to give it a status subresource")
         key = (kind.kind, obj.namespace, obj.name)
         current = self._statuses.get(key)
         if current is None:
-            current = obj.to_dict().get("status") or {}
+            current = obj.status_as_read()
         if dataclasses.is_dataclass(status) and not isinstance(status, type):
-            patch = _replacing(current, shape.encode(status))
+            patch = _replacing(current or {}, shape.encode(status))
         elif isinstance(status, Mapping):
             patch = dict(status)
+            _check_status_keys(kind.kind, shape, patch, "status")
         else:
             raise TypeError(f"patch_status takes a dict or {kind.kind}'s status dataclass, "
                             f"not {type(status).__name__}")
-        if _merged(current, patch) == current:
+        if current is not None and _merged(current, patch) == current:
             return obj  # nothing would change
         updated = self.objects.patch(kind, obj.name, {"status": patch}, obj.namespace,
                                      subresource="status")
@@ -155,24 +173,71 @@ class Context:
         return updated  # type: ignore[no-any-return]
 
     def apply_owned(self, owner: CustomResource, child: Any, *,
-                    dry_run: bool = False) -> dict[str, Any]:
+                    dry_run: bool = False, adopt: bool = False) -> dict[str, Any]:
         """Server-side apply `child` with a controller ownerReference to `owner`.
 
         `child` is a dict, a kubernetes client model, or a CustomResource. The field
         manager is the operator's name; deleting the owner garbage-collects the child.
         Returns the applied object as a dict; `owned` in the same reconcile includes it.
+
+        A child of that name controlled by another owner (whoever wrote that reference)
+        is left alone: `AlreadyOwned`, before any write, and a Warning Event on `owner`
+        naming the controller that holds it — unless ``adopt=True``, which takes it over.
+        An apply that cannot change anything is not sent: when the child's
+        resourceVersion (in the cache) is still the one this controller's last apply of
+        the identical body left, the child as it is now is returned instead.
         """
         body = self._owned_body(owner, child)
         meta = body["metadata"]
+        current = self._current_child(owner, body, adopt=adopt)
+        if not dry_run and current is not None and self._last_applies.unchanged(
+                body, (current.get("metadata") or {}).get("resourceVersion")):
+            return current
 
         def send() -> dict[str, Any]:
             result: dict[str, Any] = self.objects.apply(body, dry_run=dry_run)
+            if not dry_run:
+                self._last_applies.remember(body, result)
             return result
 
         if self._own_writes is None or dry_run:
             return send()
         return self._own_writes.write(str(meta.get("namespace") or ""),
                                       str(meta.get("name") or ""), send)
+
+    def _current_child(self, owner: CustomResource, body: dict[str, Any], *,
+                       adopt: bool) -> dict[str, Any] | None:
+        """The child `body` names as it is now (from the cache when the kind is cached),
+        or None; `AlreadyOwned` when another owner controls it (with ``adopt``: that
+        controller reference removed first, guarded by the child's resourceVersion)."""
+        meta = body["metadata"]
+        spec = Kind.of(f"{body['apiVersion']}/{body['kind']}")
+        found = self.objects.get(spec, str(meta.get("name")), meta.get("namespace"))
+        if found is None:
+            return None
+        current = encode(found, self.client)[1]
+        cmeta = current.get("metadata") or {}
+        refs = list(cmeta.get("ownerReferences") or [])
+        other = next((r for r in refs if r.get("controller") and r.get("uid") != owner.uid),
+                     None)
+        if other is None:
+            return current
+        where = f"{body['kind']} {_where(cmeta)}"
+        holder = f"{other.get('kind')} {other.get('name')} (uid {other.get('uid')})"
+        if not adopt:
+            note = (f"{where} is controlled by {holder}; not taking it over (pass "
+                    "adopt=True to apply_owned to take it over)")
+            self.event(owner, True, "AlreadyOwned", note)
+            raise AlreadyOwned(f"{owner.kind} {_where(owner.metadata)}: {note}",
+                               child=where, controller=holder)
+        kept = [r for r in refs if r is not other]
+        self.objects.patch(spec, str(cmeta.get("name")), [
+            {"op": "test", "path": "/metadata/resourceVersion",
+             "value": cmeta.get("resourceVersion")},
+            {"op": "replace", "path": "/metadata/ownerReferences", "value": kept}],
+            cmeta.get("namespace"), type="json")
+        self.log.info("%s: took %s over from %s (adopt=True)", self.controller, where, holder)
+        return None
 
     def _owned_body(self, owner: CustomResource, child: Any) -> dict[str, Any]:
         """`child` as the API's dict, with a controller ownerReference to `owner` and,
@@ -196,12 +261,45 @@ class Context:
         self._recorder.event(body, warning=warning, reason=reason, note=note)
 
 
+class AlreadyOwned(Exception):
+    """A child is controlled by another owner (controller-runtime's AlreadyOwnedError):
+    `apply_owned` and ``create(owner=)`` refuse it before any write. Not a transient
+    failure: the controller retries it at its longest backoff, not at once."""
+
+    def __init__(self, message: str, *, child: str, controller: str) -> None:
+        super().__init__(message)
+        self.child = child
+        self.controller = controller
+
+
+def _where(meta: Mapping[str, Any]) -> str:
+    namespace, name = meta.get("namespace"), meta.get("name")
+    return f"{namespace}/{name}" if namespace else str(name)
+
+
 def owner_reference(owner: CustomResource) -> dict[str, Any]:
     """A controller ownerReference to `owner` (which must have been read from the API)."""
     if not owner.uid:
         raise ValueError(f"{owner.kind} {owner.name} has no uid: read it from the API first")
     return {"apiVersion": owner.api_version(), "kind": owner.kind, "name": owner.name,
             "uid": owner.uid, "controller": True, "blockOwnerDeletion": True}
+
+
+def _check_status_keys(kind: str, shape: ObjectShape, patch: Mapping[str, Any],
+                       path: str) -> None:
+    """A TypeError for a key of `patch` that `shape` (a status dataclass) has no field
+    for, at any depth where the value is an object of a nested dataclass."""
+    fields = {f.json_name: f.shape for f in shape.fields}
+    for name, value in patch.items():
+        if name not in fields:
+            known = ", ".join(sorted(fields)) or "none"
+            raise TypeError(f"patch_status({kind}): {path} has no field {name!r} (its fields: "
+                            f"{known}); the API server would drop it without a word")
+        inner = fields[name]
+        while isinstance(inner, (NullableShape, ConstrainedShape)):
+            inner = inner.inner
+        if isinstance(inner, ObjectShape) and isinstance(value, Mapping):
+            _check_status_keys(kind, inner, value, f"{path}.{name}")
 
 
 def _replacing(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:

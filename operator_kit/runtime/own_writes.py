@@ -1,7 +1,9 @@
-"""Skipping the watch's echo of a controller's own writes (see `OwnWrites`)."""
+"""What a controller wrote: the watch's echo of its own writes (`OwnWrites`), and its last
+applies to each child (`LastApplies`)."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import OrderedDict
@@ -107,3 +109,52 @@ class OwnWrites:
     def _forget(self, obj: Mapping[str, Any]) -> bool:
         version = obj.get("metadata", {}).get("resourceVersion")
         return self._versions.pop(str(version), None) is not None
+
+
+class LastApplies:
+    """What this controller last applied to each child, and the resourceVersion it left.
+
+    An exact rule for skipping a server-side apply: when the child's resourceVersion is
+    still the one this controller's last apply of an identical body left, nobody has
+    changed the child since, and applying the same body again cannot change it either
+    (controller-runtime's CreateOrUpdate compares with the cache for the same reason).
+    Any change by anyone — a new resourceVersion — or any other body sends the apply.
+    At most `limit` children are remembered (least recently applied forgotten first).
+    """
+
+    def __init__(self, *, limit: int = 10_000) -> None:
+        self._applied: OrderedDict[tuple[str, ...], tuple[str, str]] = OrderedDict()
+        self._limit = limit
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _key(body: Mapping[str, Any]) -> tuple[str, ...]:
+        meta = body.get("metadata") or {}
+        return (str(body.get("apiVersion")), str(body.get("kind")),
+                str(meta.get("namespace") or ""), str(meta.get("name")))
+
+    @staticmethod
+    def _canonical(body: Mapping[str, Any]) -> str:
+        return json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+
+    def unchanged(self, body: Mapping[str, Any], resource_version: str | None) -> bool:
+        """Whether applying `body` to a child now at `resource_version` would change
+        nothing: the last apply was of this very body and left this version."""
+        if not resource_version:
+            return False
+        with self._lock:
+            last = self._applied.get(self._key(body))
+        return last == (self._canonical(body), resource_version)
+
+    def remember(self, body: Mapping[str, Any], applied: Mapping[str, Any]) -> None:
+        """`body` was applied; the API server answered `applied`."""
+        version = (applied.get("metadata") or {}).get("resourceVersion")
+        key = self._key(body)
+        with self._lock:
+            if version:
+                self._applied[key] = (self._canonical(body), str(version))
+                self._applied.move_to_end(key)
+                while len(self._applied) > self._limit:
+                    self._applied.popitem(last=False)
+            else:
+                self._applied.pop(key, None)

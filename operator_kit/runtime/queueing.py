@@ -181,17 +181,18 @@ class WorkQueue(Generic[K]):
         with self._lock:
             self._add(key, delay)
 
-    def add_failure(self, key: K) -> float:
+    def add_failure(self, key: K, at_least: float = 0.0) -> float:
         """Record one more consecutive failure of ``key`` and queue it after the backoff.
 
-        Returns the backoff delay in seconds (``failure_backoff.delay(failures)``). If the
-        key is already due sooner (for example, it changed during the failed reconcile)
-        it keeps the sooner time.
+        Returns the backoff delay in seconds (``failure_backoff.delay(failures)``, or
+        `at_least` when longer: a failure that a retry soon cannot fix). If the key is
+        already due sooner (for example, it changed during the failed reconcile) it
+        keeps the sooner time.
         """
         with self._lock:
             failures = self._failures.get(key, 0) + 1
             self._failures[key] = failures
-            delay = self.failure_backoff.delay(failures)
+            delay = max(self.failure_backoff.delay(failures), at_least)
             self._add(key, delay)
             return delay
 

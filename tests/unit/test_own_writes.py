@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from operator_kit.runtime.own_writes import OwnWrites
+from operator_kit.runtime.own_writes import LastApplies, OwnWrites
 from operator_kit.runtime.watching import WatchEvent
 
 
@@ -97,3 +97,33 @@ def test_at_most_limit_versions_are_kept() -> None:
     assert len(writes) == 3
     assert writes.take(event("cm", "9")) is True
     assert writes.take(event("cm", "0")) is False
+
+
+# -- LastApplies: the exact rule for skipping an apply ---------------------------------------
+
+def _child(data: dict[str, str], rv: str | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "c", "namespace": "ns"}
+    if rv is not None:
+        meta["resourceVersion"] = rv
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
+
+
+def test_an_apply_is_unchanged_only_for_the_same_body_at_the_version_it_left() -> None:
+    last = LastApplies()
+    body = _child({"a": "1"})
+    assert not last.unchanged(body, "5"), "never applied: send it"
+    last.remember(body, _child({"a": "1"}, rv="7"))
+    assert last.unchanged(_child({"a": "1"}), "7")
+    assert not last.unchanged(body, "8"), "changed since (by anyone): send it"
+    assert not last.unchanged(_child({"a": "2"}), "7"), "another body: send it"
+    assert not last.unchanged(body, None), "not known to exist: send it"
+
+
+def test_last_applies_keep_at_most_their_limit() -> None:
+    last = LastApplies(limit=2)
+    for name in ("a", "b", "c"):
+        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}}
+        last.remember(body, {"metadata": {"resourceVersion": "1"}})
+    first = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}}
+    third = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}
+    assert not last.unchanged(first, "1") and last.unchanged(third, "1")

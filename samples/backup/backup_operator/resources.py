@@ -4,7 +4,7 @@ v2 groups what to back up under ``source`` so more sources can join later; the
 conversion between the two (see webhooks.py) is a pure re-shaping, so nothing is lost
 in either direction. Each version has its own printer columns (the database is at
 another path in v2). The status keeps v1's field names (``last_run`` beside
-``observedGeneration``); its conditions are the standard `operator_kit.conditions`.
+``observedGeneration``); its conditions are the standard `operator_kit.Conditions`.
 """
 
 from __future__ import annotations
