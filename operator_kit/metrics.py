@@ -10,7 +10,8 @@ here with the same labels and meaning, so dashboards and alerts written for Go
 operators (kubebuilder's Grafana dashboards, the usual alert rules) work unchanged:
 ``controller_runtime_reconcile_total{controller,result}`` and its siblings,
 ``workqueue_*{name}`` (the queue's name is its controller's),
-``leader_election_master_status{name}`` and ``controller_runtime_webhook_*{webhook}``.
+``leader_election_master_status{name}``, ``controller_runtime_webhook_*{webhook}`` and
+client-go's ``rest_client_requests_total{code,method,host}`` and its siblings.
 `Both` updates an operator_kit metric and its controller-runtime twin together, so the
 two can never disagree.
 """
@@ -87,6 +88,12 @@ STUCK = Gauge(
     "operator_kit_controller_stuck_reconciles",
     "Reconciles running longer than the controller's reconcile_timeout.",
     ["controller"],
+)
+MAPPER_ERRORS = Counter(
+    "operator_kit_mapper_errors",
+    "Calls of a Watch mapper that raised or returned something naming no primary object "
+    "(its valid keys were still queued), by controller and mapper (its qualified name).",
+    ["controller", "mapper"],
 )
 
 # -- controllers, as controller-runtime names them --------------------------------------
@@ -252,7 +259,7 @@ LEADER_MASTER = Gauge(
     ["name"],
 )
 
-# -- sharding (operator_kit.sharding) -------------------------------------------------
+# -- sharding (operator_kit.election) --------------------------------------------------
 SHARD_MEMBER = Gauge(
     "operator_kit_shard_member",
     "1 while this replica holds its member Lease (sharding), else 0.",
@@ -320,6 +327,12 @@ REST_CLIENT_REQUESTS = Counter(
     "Number of HTTP requests to the API server, partitioned by status code, method, and "
     "host (code is <error> when no answer came).",
     ["code", "method", "host"],
+)
+REST_CLIENT_REQUEST_RETRIES = Counter(
+    "rest_client_request_retries",
+    "Number of request retries, partitioned by status code, verb, and host (each attempt "
+    "after the first, after a 429 or 5xx with Retry-After; code is that attempt's).",
+    ["code", "verb", "host"],
 )
 REST_CLIENT_REQUEST_DURATION = Histogram(
     "rest_client_request_duration_seconds",

@@ -83,16 +83,28 @@ class Owns:
     metadata_only: bool = False
 
 
-Mapper = Callable[[Any, Objects], Iterable[Any]]
+Mapper = Callable[[Any, Objects], Iterable[Any] | None]
 """Maps a changed object of a watched kind to the primaries to reconcile; gets the
-object (decoded like a read of its kind) and the operator's cached reads (`Objects`)."""
+object (decoded like a read of its kind) and the operator's cached reads (`Objects`).
+
+It returns a list (any iterable) of names (``str``, in the changed object's namespace),
+``(namespace, name)`` keys (two ``str``; a namespaced primary needs the namespace) or
+objects of the primary's kind (its `CustomResource` class, or a dict with its ``kind``,
+an ``apiVersion`` of its group and ``metadata.name``); ``None`` or ``[]`` when there is
+nothing to reconcile. Anything else — a ``str`` by itself (it is not iterated into
+letters), the changed object or another kind's, a malformed key — names no primary: the
+runner logs it (an ERROR naming the mapper, the value's type and what is accepted, once
+per mapper; later ones at DEBUG), counts it in ``operator_kit_mapper_errors_total``, and
+still queues the result's valid items (operator_kit.runtime.mapping)."""
 
 
 @dataclass(frozen=True)
 class Watch:
     """A related kind — not owned — whose changes reconcile the primaries `mapper`
-    returns: names (in the changed object's namespace), ``(namespace, name)`` keys, or
-    the primary objects themselves. Keys of primaries that do not exist are ignored.
+    returns: a list of names (in the changed object's namespace), ``(namespace, name)``
+    keys, or the primary objects themselves (see `Mapper`; a bare ``str`` or an object
+    of another kind is an error, logged and counted). Keys of primaries that do not
+    exist, or that the controller does not watch, are ignored.
 
     E.g. the Backups that reference a changed Secret, through an index on Backups::
 

@@ -12,11 +12,12 @@ requeues, backs off after a failure, or forgets the key. A reconcile that outliv
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -32,10 +33,11 @@ from operator_kit.client.transport import (
     error_message,
     throttle_delay,
 )
-from operator_kit.runtime.context import Context
+from operator_kit.runtime.context import AlreadyOwned, Context
 from operator_kit.runtime.controller import Action, Controller, Watch, checked_result
 from operator_kit.runtime.filters import Filter, deletion_started, spec_changed
 from operator_kit.runtime.filters import function_name as _name
+from operator_kit.runtime.mapping import accepted, primary_keys
 from operator_kit.runtime.objects import Objects, decode, resource_of
 from operator_kit.runtime.own_writes import OwnWrites
 from operator_kit.runtime.queueing import Backoff, WorkQueue
@@ -43,6 +45,9 @@ from operator_kit.runtime.scope import ShardScope
 from operator_kit.runtime.watching import Informer, Informers, Key, WatchEvent
 
 log = logging.getLogger("operator_kit.controller")
+
+# Tries of the finalizer's removal after cleanup, each after a 409 and a fresh read.
+FINALIZER_REMOVAL_ATTEMPTS = 5
 
 class ControllerRunner:
     """Runs one controller: its informers' handlers, its queue and its worker threads."""
@@ -185,6 +190,9 @@ class ControllerRunner:
     def _watched_handler(self, watch: Watch) -> Callable[[WatchEvent], None]:
         spec = Kind.of(watch.kind)
         filters = tuple(watch.filters)
+        mapper = _name(watch.mapper)
+        errors = metrics.MAPPER_ERRORS.labels(self.name, mapper)  # 0 from the start
+        reported = threading.Event()  # its first bad result: an ERROR; later ones DEBUG
 
         def on_watched(event: WatchEvent) -> None:
             if event.type != "DELETED" and not self._passes(filters, event, str(spec)):
@@ -197,44 +205,26 @@ class ControllerRunner:
                     decoded = obj if watch.metadata_only else decode(spec, obj,
                                                                      self.api.client)
                     # A session of its own: a mapper's writes (if any) stay its own.
-                    mapped = list(watch.mapper(decoded, self.objects.session()))
+                    mapped = primary_keys(watch.mapper(decoded, self.objects.session()),
+                                          self.controller.resource, obj)
                 except Exception:
+                    errors.inc()
                     log.exception("%s: mapper %s failed for %s %s: that event is dropped",
-                                  self.name, _name(watch.mapper), spec,
-                                  _describe_object(obj))
+                                  self.name, mapper, spec, _describe_object(obj))
                     continue
-                namespace = obj.get("metadata", {}).get("namespace") or ""
-                keys.update(self._keys(mapped, namespace, watch))
+                keys.update(mapped.keys)
+                if mapped.errors:  # the valid keys still go to the queue
+                    errors.inc()
+                    log.log(logging.DEBUG if reported.is_set() else logging.ERROR,
+                            "%s: mapper %s returned %s for %s %s: %s (its valid keys were "
+                            "queued; its next errors are logged at DEBUG and counted in "
+                            "operator_kit_mapper_errors_total)", self.name, mapper,
+                            "; ".join(mapped.errors), spec, _describe_object(obj),
+                            accepted(self.controller.resource))
+                    reported.set()
             for key in sorted(keys):
                 self.enqueue(key)
         return on_watched
-
-    def _keys(self, mapped: Iterable[Any], namespace: str, watch: Watch) -> list[Key]:
-        """Primary keys from what a mapper returned (names, keys or objects)."""
-        keys: list[Key] = []
-        for item in mapped:
-            if isinstance(item, str):
-                if self._namespaced and not namespace:
-                    log.error("%s: mapper %s returned the name %r for a cluster-scoped "
-                              "object: return (namespace, name) keys for namespaced "
-                              "primaries", self.name, _name(watch.mapper), item)
-                    continue
-                key = (namespace if self._namespaced else "", item)
-            elif isinstance(item, tuple) and len(item) == 2:
-                key = (str(item[0] or ""), str(item[1]))
-            elif isinstance(item, CustomResource):
-                key = (item.namespace or "", item.name)
-            elif isinstance(item, Mapping):
-                meta = item.get("metadata", {})
-                key = (meta.get("namespace") or "", str(meta.get("name")))
-            elif getattr(item, "metadata", None) is not None:
-                key = (item.metadata.namespace or "", str(item.metadata.name))
-            else:
-                log.error("%s: mapper %s returned %r: return names, (namespace, name) "
-                          "keys or objects", self.name, _name(watch.mapper), item)
-                continue
-            keys.append(key if self._namespaced else ("", key[1]))
-        return keys
 
     def enqueue(self, key: Key, delay: float = 0.0) -> None:
         self.queue.add(key, delay)
@@ -401,7 +391,8 @@ class ControllerRunner:
                 result = "error"
                 self._failed(key, obj, err)
                 return
-            # Throttled even after the client's own retries: come back after Retry-After,
+            # Throttled even after Api.request's retries (up to 10 after a Retry-After,
+            # within the request's timeout): come back after Retry-After (1 s without one),
             # spread out so keys refused together do not return together, without
             # escalating the key's failure backoff or adding an Event to the load.
             self._retries.inc()
@@ -448,13 +439,18 @@ class ControllerRunner:
         """A failed reconcile: count it, back off, say so in the log and on the object."""
         self._errors.inc()
         self._retries.inc()
-        delay = self.queue.add_failure(key)
+        # Another owner's child stays theirs until something changes: no quick retries
+        # (its own Warning Event, AlreadyOwned, is already on the object).
+        owned_elsewhere = isinstance(err, AlreadyOwned)
+        delay = self.queue.add_failure(
+            key, at_least=self.controller.max_backoff if owned_elsewhere else 0.0)
         message = error_message(err)
         log.error("%s: reconcile of %s failed (attempt %d, retrying in %.1fs): %s",
                   self.name, _describe(key), self.queue.failures(key), delay, message,
-                  exc_info=not isinstance(err, ApiException | TypeError))
-        # The same failure again is the same note, so its Event's count rises.
-        self.context.event(obj, True, "ReconcileError", _clip(message))
+                  exc_info=not isinstance(err, ApiException | TypeError | AlreadyOwned))
+        if not owned_elsewhere:
+            # The same failure again is the same note, so its Event's count rises.
+            self.context.event(obj, True, "ReconcileError", _clip(message))
 
     def _delete_invalid(self, key: Key, raw: dict[str, Any], err: InvalidResource) -> None:
         """An object being deleted, holding our finalizer, that no longer decodes (an
@@ -484,19 +480,35 @@ class ControllerRunner:
         log.error("%s: %s: %s (retrying in %.1fs)", self.name, _describe(key), note, delay)
         self.context.event(raw, True, "DeletionBlocked", note[:1024])
 
-    def _remove_finalizer(self, raw: dict[str, Any], finalizer: str) -> None:
-        meta = raw["metadata"]
-        left = [f for f in meta.get("finalizers") or () if f != finalizer]
+    def _remove_finalizer(self, raw: Mapping[str, Any], finalizer: str) -> None:
+        """Remove `finalizer` once cleanup ran, from the version read. On a 409 (cleanup's
+        own status write, say) only the removal is retried, on the object read again from
+        the API server while it is the same uid with the finalizer; at last, `Conflict`."""
+        meta, uid = raw["metadata"], raw["metadata"].get("uid")
         path = resource_of(self.controller.resource).path(meta.get("namespace"), meta["name"])
-        try:
-            self.api.request("PATCH", path, body={"metadata": {
+        for attempt in range(1, FINALIZER_REMOVAL_ATTEMPTS + 1):
+            left = [f for f in meta.get("finalizers") or () if f != finalizer]
+            send = functools.partial(self.api.request, "PATCH", path, body={"metadata": {
                 "finalizers": left or None, "resourceVersion": meta.get("resourceVersion")}},
-                content_type="application/merge-patch+json", decode=False)
-        except ApiException as failure:
-            if failure.status == 409:
-                raise Conflict() from failure
-            if failure.status != 404:
-                raise
+                content_type="application/merge-patch+json", accept=METADATA_ONLY)
+            try:
+                self.own_primary_writes.write(meta.get("namespace") or "", meta["name"], send)
+                return
+            except ApiException as failure:
+                if failure.status == 404:
+                    return  # already gone
+                if failure.status != 409:
+                    raise
+            if attempt < FINALIZER_REMOVAL_ATTEMPTS:
+                meta = (self.api.get_or_none(path) or {}).get("metadata") or {}
+                if meta.get("uid") != uid or finalizer not in (meta.get("finalizers") or ()):
+                    return  # gone, made again, or someone else removed it
+                log.debug("%s: removing the finalizer of %s conflicted (attempt %d): "
+                          "retrying the removal alone", self.name, _describe_object(raw), attempt)
+        log.warning("%s: removing the finalizer of %s conflicted %d times (it keeps changing): "
+                    "requeued, so cleanup will run again", self.name, _describe_object(raw),
+                    FINALIZER_REMOVAL_ATTEMPTS)
+        raise Conflict()
 
     def _gone(self, obj: CustomResource) -> bool:
         """Whether `obj` no longer exists (a 404 from a reconcile may be about another
@@ -517,7 +529,8 @@ class ControllerRunner:
 
     def finalize_or_reconcile(self, obj: CustomResource) -> Action | None:
         """One pass of the finalizer state machine (see controller.py) for `obj`, with
-        reconcile or cleanup run in this thread; `Conflict` when our copy is stale."""
+        reconcile or cleanup (at most once) run in this thread; `Conflict` when our copy
+        is stale as the finalizer is added, or its removal kept conflicting."""
         finalizer = self.controller.finalizer
         if finalizer is None:
             if obj.deletion_timestamp:
@@ -526,7 +539,7 @@ class ControllerRunner:
         if obj.deletion_timestamp:
             if finalizer in obj.finalizers:
                 self.controller.cleanup(obj, self.context.for_object(obj))
-                self._set_finalizers(obj, [f for f in obj.finalizers if f != finalizer])
+                self._remove_finalizer({"metadata": obj.metadata}, finalizer)
             return None
         if finalizer not in obj.finalizers:
             obj = self._set_finalizers(obj, [*obj.finalizers, finalizer])
@@ -549,8 +562,6 @@ class ControllerRunner:
         except ApiException as err:
             if err.status == 409:
                 raise Conflict() from err
-            if err.status == 404 and not finalizers:
-                return obj  # already gone
             raise
         updated = copy.copy(obj)
         metadata = dict(answer.get("metadata") or {})

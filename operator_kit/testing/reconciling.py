@@ -40,8 +40,11 @@ def reconcile_once(controller: Controller[Any], cluster: TestCluster, name: str,
     Raises what reconcile (or cleanup) raised; `LookupError` when the controller does
     not see the object (it does not exist, or the controller's namespace or selectors
     leave it out); `InvalidResource` when the stored object does not decode; and
-    `RuntimeError` when the object changed while its finalizer was being written (the
-    operator would look again: call this again).
+    `RuntimeError` when the object changed while its finalizer was being added, or kept
+    changing while it was being removed (the operator would look again: call this
+    again). A cleanup that changes the object itself (``ctx.patch_status``) is not such
+    a change: the finalizer's removal is retried on the object read again, as in the
+    operator, and cleanup runs once.
     """
     kind = controller.resource
     where = namespace.name if isinstance(namespace, Namespace) else namespace
@@ -70,5 +73,5 @@ def reconcile_once(controller: Controller[Any], cluster: TestCluster, name: str,
         return runner.finalize_or_reconcile(obj)
     except Conflict as err:
         raise RuntimeError(f"reconcile_once: {kind.kind} {name} changed while its finalizer "
-                           "was being written (409 Conflict); call reconcile_once again"
-                           ) from err
+                           "was being written (409 Conflict, after the retries the operator "
+                           "makes); call reconcile_once again") from err
