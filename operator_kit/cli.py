@@ -7,7 +7,8 @@ managers do, the probes and the metrics on ports of their own:
 - ``--namespace NS`` (``OPERATOR_KIT_NAMESPACE``): where the operator runs; default: the
   pod's, or the kubeconfig context's.
 - ``--watch-namespace NS`` (``OPERATOR_KIT_WATCH_NAMESPACE``): default: all namespaces.
-- ``--kubeconfig PATH`` (``KUBECONFIG``): default: in-cluster, else ``~/.kube/config``.
+- ``--kubeconfig PATH[:PATH...]`` (``KUBECONFIG``): default: in-cluster, else
+  ``~/.kube/config``; several files are merged as kubectl merges them.
 - ``--log-level LEVEL`` (``OPERATOR_KIT_LOG_LEVEL``): debug, info (default), warning,
   error, critical.
 - ``--log-format text|json`` (``OPERATOR_KIT_LOG_FORMAT``): default: text.
@@ -145,9 +146,12 @@ def parse(argv: list[str], *, prog: str = "operator", version: str = "",
         raise UsageError(f"{fmt_where} {fmt!r} is not a log format; use text or json")
     kubeconfig, kube_where = value("kubeconfig")
     if kubeconfig is not None:
-        first = kubeconfig.split(os.pathsep)[0]
-        if not os.path.isfile(first):
-            raise UsageError(f"{kube_where} {first}: no such file; point it at the cluster's "
+        # A list (a:b) is merged as kubectl merges it: missing files are skipped, so
+        # only a list where none exists is an error.
+        paths = [p for p in kubeconfig.split(os.pathsep) if p]
+        if not any(os.path.isfile(p) for p in paths):
+            what = "no such file" if len(paths) <= 1 else "none of these files exists"
+            raise UsageError(f"{kube_where} {kubeconfig}: {what}; point it at the cluster's "
                              "kubeconfig (python -m operator_kit.localcluster up prints one), "
                              "or leave it unset to use in-cluster or ~/.kube/config")
     in_pod = bool(env.get("KUBERNETES_SERVICE_HOST"))

@@ -2,20 +2,29 @@
 
 `api_client()` tries, in order: an explicit kubeconfig path, ``$KUBECONFIG``, the
 in-cluster ServiceAccount (when ``KUBERNETES_SERVICE_HOST`` is set), then
-``~/.kube/config``. When none works the error says which were tried and what to do.
+``~/.kube/config``. When none works the error says which were tried and what to do. A
+path may be a list (``KUBECONFIG=a:b``), merged as kubectl merges it
+(`operator_kit.client.kubeconfig`).
 Its connections use TCP keepalive (probes after 30 s idle, every 10 s, 3 lost ones close
 it): a call on a connection whose peer vanished (a node or load balancer gone without a
 word) fails in about a minute instead of blocking its thread for good, as a call without
 a timeout of its own, in a user's reconcile say, otherwise would.
 `current_namespace()` is the namespace this process runs in (the pod's, the
 kubeconfig context's, or ``default``).
+
+`Api.request` sends a request the API server refused with a 429 (or a 5xx) and a
+``Retry-After`` again after that many seconds, up to `MAX_RETRIES` times within the
+request's timeout, as client-go does.
 """
 
 from __future__ import annotations
 
 import collections
 import json
+import logging
+import math
 import os
+import random
 import re
 import socket
 import threading
@@ -33,44 +42,55 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.connection import HTTPConnection
 
 from operator_kit import metrics
+from operator_kit.client import kubeconfig as kubeconfig_files
+from operator_kit.client.kubeconfig import ConfigurationError as ConfigurationError
+
+log = logging.getLogger("operator_kit.client")
 
 _SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-
-
-class ConfigurationError(RuntimeError):
-    """No usable cluster configuration was found."""
 
 
 def api_client(
     kubeconfig: str | os.PathLike[str] | None = None, *, pool_size: int = 32
 ) -> client.ApiClient:
-    """An ApiClient for the cluster named by `kubeconfig`, the environment, or the pod."""
+    """An ApiClient for the cluster named by `kubeconfig`, the environment, or the pod.
+
+    `kubeconfig` and ``$KUBECONFIG`` may name several files joined by ``os.pathsep``
+    (``a:b``): they are merged as kubectl merges them (`operator_kit.client.kubeconfig`;
+    missing files skipped, the first to define a name wins). `ConfigurationError` when
+    none exists or one is not a kubeconfig.
+    """
     configuration = client.Configuration()
-    tried: list[str] = []
-    path = kubeconfig or os.environ.get("KUBECONFIG")
-    if path:
-        path = str(path).split(os.pathsep)[0]
-        if not Path(path).exists():
-            raise ConfigurationError(
-                f"kubeconfig {path} does not exist. Point KUBECONFIG at a valid file, or start "
-                "a local control plane: python -m operator_kit.localcluster up"
-            )
-        config.load_kube_config(config_file=path, client_configuration=configuration)
+    paths = kubeconfig or os.environ.get("KUBECONFIG")
+    if paths:
+        _configure(kubeconfig_files.load(paths), configuration)
     elif os.environ.get("KUBERNETES_SERVICE_HOST"):
         config.load_incluster_config(client_configuration=configuration)
     else:
         default = Path.home() / ".kube" / "config"
-        tried.append(f"KUBECONFIG (unset), in-cluster (not in a pod), {default}")
         if not default.exists():
             raise ConfigurationError(
-                "no cluster configuration found: tried " + "; ".join(tried) + ". Set KUBECONFIG, "
-                "or start a local control plane: python -m operator_kit.localcluster up"
+                f"no cluster configuration found: tried KUBECONFIG (unset), in-cluster (not "
+                f"in a pod), {default}. Set KUBECONFIG, or start a local control plane: "
+                "python -m operator_kit.localcluster up"
             )
-        config.load_kube_config(config_file=str(default), client_configuration=configuration)
+        _configure(kubeconfig_files.load(default), configuration)
     # Watches and workers share one client; size the connection pool for them.
     configuration.connection_pool_maxsize = pool_size
     configuration.socket_options = keepalive_socket_options()
     return client.ApiClient(configuration)
+
+
+def _configure(loaded: kubeconfig_files.Kubeconfig, configuration: client.Configuration) -> None:
+    """Set `configuration` from a loaded kubeconfig. One file is loaded by the official
+    client from the file itself, so that a token its auth provider refreshes is written
+    back there; a merged list from the merged document (the paths in it absolute)."""
+    if len(loaded.files) == 1:
+        config.load_kube_config(config_file=str(loaded.files[0]),
+                                client_configuration=configuration)
+    else:
+        config.load_kube_config_from_dict(loaded.config, client_configuration=configuration,
+                                          persist_config=False)
 
 
 KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, KEEPALIVE_COUNT = 30, 10, 3
@@ -94,13 +114,12 @@ def current_namespace(kubeconfig: str | os.PathLike[str] | None = None) -> str:
         return env
     if _SA_NAMESPACE.exists():
         return _SA_NAMESPACE.read_text().strip()
+    paths = kubeconfig or os.environ.get("KUBECONFIG") or Path.home() / ".kube" / "config"
     try:
-        _, active = config.list_kube_config_contexts(
-            config_file=str(kubeconfig or os.environ.get("KUBECONFIG") or "") or None
-        )
-    except (config.ConfigException, OSError, TypeError):
+        context = kubeconfig_files.load(paths).current_context
+    except ConfigurationError:
         return "default"
-    namespace = (active or {}).get("context", {}).get("namespace")
+    namespace = (context or {}).get("namespace")
     return str(namespace) if namespace else "default"
 
 
@@ -194,15 +213,37 @@ class Api:
         reason, body as str, headers); a TLS failure raises ApiError with status 0;
         connection errors and timeouts are urllib3's exceptions, as the generated
         client's are.
+
+        A 429, or a 5xx, that carries ``Retry-After`` is sent again after that many
+        seconds, as client-go does (see `retry_delay`), whatever the verb: the server
+        did not process it. At most `MAX_RETRIES` times, and never past a number
+        `timeout` (the whole request's deadline, as client-go's request timeout is; each
+        attempt gets the time left); the last answer is raised. Not when `stream`: a
+        watch's caller (the informer) waits out the Retry-After itself, where it can be
+        stopped.
         """
-        try:
-            response = self._transport.send(
-                method, path, query=query, body=body, content_type=content_type,
-                accept=accept or "application/json", headers=headers, timeout=timeout,
-                stream=stream,
-            )
-        except ApiException as err:  # the same error, saying what matters in one line
-            raise ApiError.of(err) from None
+        deadline = (time.monotonic() + timeout
+                    if isinstance(timeout, int | float) and timeout else None)
+        attempt = 1
+        while True:
+            left = timeout if deadline is None else max(deadline - time.monotonic(), 0.001)
+            try:
+                response = self._transport.send(
+                    method, path, query=query, body=body, content_type=content_type,
+                    accept=accept or "application/json", headers=headers, timeout=left,
+                    stream=stream, attempt=attempt,
+                )
+                break
+            except ApiException as err:  # the same error, saying what matters in one line
+                delay = None if stream or attempt > MAX_RETRIES else retry_delay(err)
+                if delay is None or (deadline is not None
+                                     and time.monotonic() + delay >= deadline):
+                    raise ApiError.of(err) from None
+                log.debug("%s %s: %s %s, retry %d of %d in %.2fs (Retry-After %s)",
+                          method.upper(), path, err.status, err.reason, attempt,
+                          MAX_RETRIES, delay, (err.headers or {}).get("Retry-After"))
+                time.sleep(delay)
+                attempt += 1
         if stream:
             return response
         data = response.data
@@ -277,16 +318,18 @@ class Api:
 # Requests go out over the ApiClient's own urllib3 pool (so its TLS, proxy, keepalive
 # and pool size settings hold) but are built here, from the Configuration's public
 # settings: the generated client's `call_api` is private and changes shape between
-# majors (kubernetes 37 dropped its `query_params`). Each request is counted in
-# `rest_client_requests_total` / `rest_client_request_duration_seconds` (client-go's
-# names) and in an in-process tally, `request_counts()`, for tests.
+# majors (kubernetes 37 dropped its `query_params`). Each attempt (a retry after a
+# Retry-After is one more) is counted in `rest_client_requests_total` /
+# `rest_client_request_duration_seconds`, each retry in `rest_client_request_retries_total`
+# (client-go's names), and in an in-process tally, `request_counts()`, for tests.
 
 _counts: collections.Counter[tuple[str, str]] = collections.Counter()
 _counts_lock = threading.Lock()
 
 
 def request_counts() -> collections.Counter[tuple[str, str]]:
-    """Requests sent through `Api.request` in this process so far, by (verb, path).
+    """Requests sent through `Api.request` in this process so far, by (verb, path);
+    each retry after a Retry-After counts as one more.
 
     The verb is the HTTP method, except ``WATCH`` for a GET with ``watch=true``; the path
     has no query string. A snapshot (a copy): take one before and one after, and
@@ -308,6 +351,7 @@ class Transport:
         if pool is None:  # not the generated client we know: a pool of our own, same settings
             pool = kubernetes_rest.RESTClientObject(self.configuration).pool_manager
         self.pool: urllib3.PoolManager = pool
+        self.retries = urllib3_retries(getattr(pool, "connection_pool_kw", {}).get("retries"))
 
     def send(
         self,
@@ -321,8 +365,10 @@ class Transport:
         headers: Mapping[str, str] | None = None,
         timeout: float | tuple[float, float] | None = 60.0,
         stream: bool = False,
+        attempt: int = 1,
     ) -> Any:
-        """The urllib3 response to one request (unread when `stream`); ApiException if not 2xx."""
+        """The urllib3 response to one request (unread when `stream`); ApiException if not
+        2xx. An `attempt` after the first also counts in ``rest_client_request_retries``."""
         method = method.upper()
         params = [(k, _query_value(v)) for k, v in (query or {}).items() if v is not None]
         sent = self._headers(params, accept)
@@ -347,7 +393,8 @@ class Transport:
         try:
             try:
                 response = self.pool.request(method, url, body=data, headers=sent,
-                                             preload_content=False, **options)
+                                             preload_content=False, retries=self.retries,
+                                             **options)
             except urllib3.exceptions.SSLError as err:
                 raise ApiException(status=0, reason=f"{type(err).__name__}\n{err}") from err
             code = str(response.status)
@@ -361,6 +408,8 @@ class Transport:
             return response
         finally:
             metrics.REST_CLIENT_REQUESTS.labels(code, method, self.host).inc()
+            if attempt > 1:
+                metrics.REST_CLIENT_REQUEST_RETRIES.labels(code, method, self.host).inc()
             metrics.REST_CLIENT_REQUEST_DURATION.labels(method, self.host).observe(
                 time.monotonic() - started)
 
@@ -380,6 +429,23 @@ class Transport:
                 params.append((str(setting["key"]), str(setting["value"])))
         sent["Accept"] = accept
         return sent
+
+
+def urllib3_retries(configured: Any) -> Any:
+    """urllib3's retries as the Configuration sets them (``retries``; by default urllib3's
+    3), less their own answer-based retries: urllib3 would otherwise send a GET, PUT or
+    DELETE refused with a Retry-After again up to three times itself, unseen by the
+    metrics and waiting as long as the server says. `Api.request` does that instead.
+    Connection and read failures are still urllib3's to retry."""
+    if configured is False:
+        return False
+    if configured is None or configured is True:
+        configured = urllib3.Retry.DEFAULT
+    elif isinstance(configured, int):
+        configured = urllib3.Retry.from_int(configured)
+    if isinstance(configured, urllib3.Retry):
+        return configured.new(status=0, status_forcelist=(), respect_retry_after_header=False)
+    return configured
 
 
 def _encode(client_: client.ApiClient, body: Any) -> bytes:
@@ -403,13 +469,47 @@ def _error(response: Any) -> ApiException:
     return err
 
 
+MAX_RETRIES = 10
+"""How many times `Api.request` sends a request again after a Retry-After (client-go's
+default ``maxRetries``)."""
+
+MAX_RETRY_AFTER = 10.0
+"""The longest one wait after a Retry-After, in seconds, whatever the server asks."""
+
+RETRY_JITTER = 0.2
+"""Each wait is Retry-After times 1 to 1 + this, at random: requests refused together do
+not all come back in the same instant (client-go spreads them with its client-side rate
+limiter, which operator_kit does not have)."""
+
+
+def retry_after(err: ApiException) -> float | None:
+    """The ``Retry-After`` of an answer in seconds, when it is a number of seconds
+    (client-go's ``retryAfterSeconds``; a date is not one); None otherwise."""
+    value = (err.headers or {}).get("Retry-After")
+    try:
+        seconds = float(str(value).strip())
+    except (TypeError, ValueError):
+        return None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+def retry_delay(err: ApiException) -> float | None:
+    """How long to wait before sending a refused request again, or None when it is not
+    to be sent again: client-go's ``checkWait`` (a 429 or a 5xx that carries a
+    Retry-After in seconds), at most `MAX_RETRY_AFTER`, spread by `RETRY_JITTER`."""
+    status = err.status or 0
+    if not (status == 429 or status >= 500):
+        return None
+    seconds = retry_after(err)
+    if seconds is None:
+        return None
+    return min(seconds, MAX_RETRY_AFTER) * (1 + RETRY_JITTER * random.random())
+
+
 def throttle_delay(err: ApiException) -> float:
     """The Retry-After of a 429 answer in seconds (1 s when absent; at most 10 s)."""
-    try:
-        seconds = float((err.headers or {}).get("Retry-After", 1))
-    except (TypeError, ValueError):
-        seconds = 1.0
-    return min(max(seconds, 0.1), 10.0)
+    seconds = retry_after(err)
+    return min(max(1.0 if seconds is None else seconds, 0.1), MAX_RETRY_AFTER)
 
 
 def _query_value(value: Any) -> str:

@@ -115,6 +115,11 @@ def test_in_a_pod_probes_and_metrics_listen_on_every_interface() -> None:
     assert settings.metrics_bind_address == Address("0.0.0.0", 8080)
 
 
+def test_a_kubeconfig_list_needs_only_one_file_that_exists(kubeconfig: Path) -> None:
+    listed = f"/no/such/kubeconfig:{kubeconfig}"
+    assert parse(["--kubeconfig", listed]).kubeconfig == listed
+
+
 def test_each_flag_is_read(kubeconfig: Path) -> None:
     settings = parse(["--namespace", "ops", "--watch-namespace", "apps", "--kubeconfig",
                       str(kubeconfig), "--log-level", "DEBUG", "--log-format", "json",
@@ -167,6 +172,8 @@ def test_manifests_takes_every_flag_after_it() -> None:
     (["--kubeconfig", "/no/such/kubeconfig"], {}, "--kubeconfig /no/such/kubeconfig: no such "
      "file; point it at the cluster's kubeconfig"),
     ([], {"KUBECONFIG": "/no/such/kubeconfig"}, "KUBECONFIG /no/such/kubeconfig: no such file"),
+    ([], {"KUBECONFIG": "/no/such/a:/no/such/b"},
+     "KUBECONFIG /no/such/a:/no/such/b: none of these files exists"),
     (["--bogus"], {}, "unrecognized arguments: --bogus; run operator --help for the flags"),
     (["--namespace"], {}, "argument --namespace: expected one argument"),
 ])
