@@ -17,17 +17,19 @@ An index function that raises is logged with the object's key and the function's
 that object is left out of that index only, and everything else goes on.
 
 Reads return the stored dicts themselves, not copies: treat them as read-only (the
-decoding in `operator_kit.objects` copies before it hands out typed objects).
+decoding in `operator_kit.runtime.objects` copies before it hands out typed objects).
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from operator_kit.runtime import selectors
+from operator_kit.runtime.selectors import Requirement, Selector
 
 log = logging.getLogger("operator_kit.cache")
 
@@ -220,64 +222,54 @@ class Store:
 
 # -- label selectors ---------------------------------------------------------------------
 
-_REQUIREMENT = re.compile(
-    r"\s*(?:(?P<not>!)\s*(?P<absent>[\w./-]+)"
-    r"|(?P<key>[\w./-]+)\s*(?:(?P<op>==|=|!=)\s*(?P<value>[\w.-]*)"
-    r"|\s+(?P<set>in|notin)\s*\((?P<values>[^)]*)\))?)\s*(?:,|$)")
-
-
 @dataclass(frozen=True)
 class LabelSelector:
-    """A label selector, as ``kubectl -l`` writes it, matched against cached objects.
+    """A label selector, matched against cached objects exactly as the API server matches
+    ``?labelSelector=`` (the grammar and the checks are `operator_kit.runtime.selectors`).
 
-    ``LabelSelector.of({"app": "web"})`` or ``LabelSelector.of("app=web,tier in (a,b)")``;
-    equality (``=``, ``==``, ``!=``), set (``in``, ``notin``) and existence (``k``,
-    ``!k``) requirements, all of which must hold."""
+    ``LabelSelector.of({"app": "web"})`` or ``LabelSelector.of("app=web,tier in (a,b)")``:
+    equality (``=``, ``==``, ``!=``), set (``in``, ``notin``), existence (``k``, ``!k``)
+    and integer (``k>1``, ``k<5``) requirements, all of which must hold. A selector the
+    server would refuse, or a dict with a key or value it would refuse, is a ValueError
+    carrying the server's message. `text` is what is sent to the server (the string as
+    given; for a dict, ``k=v`` pairs by key)."""
 
     text: str
-    requirements: tuple[tuple[str, str, frozenset[str]], ...]
+    requirements: tuple[Requirement, ...]
 
     @classmethod
     def of(cls, labels: Mapping[str, str] | str | LabelSelector) -> LabelSelector:
         if isinstance(labels, LabelSelector):
             return labels
         if isinstance(labels, Mapping):
-            text = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
-        else:
-            text = labels
-        requirements: list[tuple[str, str, frozenset[str]]] = []
-        position = 0
-        while position < len(text.strip()) or (position == 0 and text.strip()):
-            match = _REQUIREMENT.match(text, position)
-            if match is None or match.end() == position:
-                raise ValueError(f"label selector {text!r} does not parse at "
-                                 f"{text[position:]!r}: write e.g. 'app=web,tier in (a,b)'")
-            position = match.end()
-            if match["absent"]:
-                requirements.append((match["absent"], "!", frozenset()))
-            elif match["op"]:
-                op = "!=" if match["op"] == "!=" else "="
-                requirements.append((match["key"], op, frozenset([match["value"]])))
-            elif match["set"]:
-                values = frozenset(v.strip() for v in match["values"].split(",") if v.strip())
-                requirements.append((match["key"], match["set"], values))
-            else:
-                requirements.append((match["key"], "exists", frozenset()))
-            if position >= len(text):
-                break
-        return cls(text, tuple(requirements))
+            try:
+                parsed = selectors.from_labels(labels)
+            except ValueError as err:
+                raise ValueError(f"label selector {dict(labels)!r}: {err}") from None
+            return cls(str(parsed), parsed.requirements)
+        if not isinstance(labels, str):
+            raise TypeError(f"a label selector is a dict or a string, not "
+                            f"{type(labels).__name__}")
+        try:
+            parsed = selectors.parse(labels)
+        except ValueError as err:
+            raise ValueError(f"label selector {labels!r}: {err}") from None
+        return cls(labels, parsed.requirements)
+
+    @property
+    def selector(self) -> Selector:
+        """The parsed form, for `Selector.implies`."""
+        return Selector(self.requirements)
 
     def matches(self, obj: Mapping[str, Any]) -> bool:
-        labels = obj.get("metadata", {}).get("labels") or {}
-        for key, op, values in self.requirements:
-            present = key in labels
-            if (op == "exists" and not present) or (op == "!" and present):
-                return False
-            if op in ("=", "in") and (not present or labels[key] not in values):
-                return False
-            if op in ("!=", "notin") and present and labels[key] in values:
-                return False
-        return True
+        """Whether the object (the API's dict) has the labels this selector asks for."""
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        return all(requirement.matches(labels) for requirement in self.requirements)
+
+    def implies(self, other: LabelSelector) -> bool:
+        """Whether every object this selector matches is matched by `other` (see
+        `Selector.implies`: sound, so a False may be an implication it did not see)."""
+        return self.selector.implies(other.selector)
 
     def __str__(self) -> str:
         return self.text

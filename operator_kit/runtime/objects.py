@@ -2,11 +2,26 @@
 
 `Objects` is what ``ctx.get``, ``ctx.list``, ``ctx.owned``, ``ctx.create`` … call.
 
-**Reads** are served from an informer's cache when the operator watches the kind in
-full — it is a controller's primary kind (watched without a label or field selector),
-a kind named in ``owns``, or one named in ``watches`` — and that cache has synced and
-holds the namespace asked for. Every other read goes to the API server. Index lookups
-(``index=(name, value)``) always read the cache the index was declared on.
+**Reads** are served from an informer's cache when one holds every object the read can
+return, has synced, and keeps objects in full (not metadata only); every other read is
+a request to the API server:
+
+- ``get`` and ``list`` of a kind watched without a selector — a controller's primary
+  kind, a kind in ``owns``, a kind in ``watches`` — in a namespace it watches: the cache;
+- ``list`` with a label selector that *implies* the selector of a label-selected
+  informer (a ``Watch`` or controller with ``label_selector``, a shard member's owned
+  kinds): that cache. Implication is decided per requirement (`LabelSelector.implies`):
+  each requirement of the informer's selector must follow from one of the query's on
+  the same key — informer ``app=web``: ``app=web,tier=db`` and ``app in (web)`` read
+  the cache; ``tier=db``, ``app in (web,db)`` or no selector are LISTs;
+- anything else — a ``get`` of a kind watched only through label-selected informers
+  (the object may exist outside the selector), an unwatched kind, another namespace, a
+  field-selected informer — is a request to the API server. Index lookups
+  (``index=(name, value)``) always read the cache the index was declared on, whatever
+  its selector.
+
+A label selector is checked as the API server checks it, before any request: one the
+server would refuse is a ValueError carrying the server's message.
 
 Reads decode what they return: a `CustomResource` class gives instances of it, a
 kubernetes client model class gives that model, and a ``"group/version/Kind"`` string
@@ -21,6 +36,7 @@ watch brings that version or a newer one.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -45,6 +61,7 @@ _GONE: dict[str, Any] = {}
 
 _Items = list[Any]
 _Dicts = list[dict[str, Any]]
+_Caches = list[Informer]
 # (aliases: inside the classes, `list` is the method)
 
 
@@ -123,7 +140,7 @@ class Objects:
             found = informer.store.by_index(index[0], str(index[1]), namespace, selector)
             raws = self._overlay_many(resource, found, informer, namespace, selector, index)
         else:
-            cache = self._cache(resource, namespace)
+            cache = self._cache(resource, namespace, selector)
             if cache is not None:
                 found = cache.store.list(namespace, selector)
                 raws = self._overlay_many(resource, found, cache, namespace, selector)
@@ -174,8 +191,28 @@ class Objects:
             if not token:
                 return sorted(items, key=key_of)
 
-    def _cache(self, resource: Resource, namespace: str | None) -> Informer | None:
-        return self.informers.covering(resource, namespace) if self.informers else None
+    def _cache(self, resource: Resource, namespace: str | None,
+               selector: LabelSelector | None = None) -> Informer | None:
+        """The synced cache a read of `resource` in `namespace` matching `selector` may be
+        served from: one holding every object of the kind there, else a label-selected
+        one whose selector the query's implies; None: ask the API server."""
+        if not self.informers:
+            return None
+        covering = self.informers.covering(resource, namespace)
+        if covering is not None or selector is None:
+            return covering
+        for informer in self._selected(resource, namespace):
+            held = informer_selector(informer)
+            if held is not None and selector.implies(held):
+                return informer
+        return None
+
+    def _selected(self, resource: Resource, namespace: str | None) -> _Caches:
+        """The synced, full, label-selected (and not field-selected) informers of
+        `resource` that watch `namespace` (or every namespace)."""
+        return [i for i in (self.informers.of(resource) if self.informers else [])
+                if i.label_selector and not i.field_selector and not i.metadata_only
+                and (i.namespace is None or i.namespace == namespace) and i.synced.is_set()]
 
     def _indexed(self, resource: Resource, name: str, spec: Kind) -> Informer:
         for informer in self.informers.of(resource) if self.informers else []:
@@ -294,6 +331,19 @@ class Objects:
             else:
                 self._journal[(resource, key)] = _GONE
         return True
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed_selector(text: str) -> LabelSelector | None:
+    try:
+        return LabelSelector.of(text)
+    except ValueError:
+        return None  # the API server refuses it too: that informer never syncs
+
+
+def informer_selector(informer: Informer) -> LabelSelector | None:
+    """The label selector `informer` watches with, parsed (None: none, or not valid)."""
+    return _parsed_selector(informer.label_selector) if informer.label_selector else None
 
 
 def resource_of(kind: type[CustomResource]) -> Resource:
