@@ -52,6 +52,18 @@ def key_of(obj: Mapping[str, Any]) -> Key:
     return (meta.get("namespace") or "", meta["name"])
 
 
+def describe(key: Key) -> str:
+    """``namespace/name``, or ``name`` for a cluster-scoped object: how logs name a key."""
+    namespace, name = key
+    return f"{namespace}/{name}" if namespace else name
+
+
+def describe_object(obj: Mapping[str, Any]) -> str:
+    """`describe` of an object (the API's dict), even one with no name."""
+    meta = obj.get("metadata", {})
+    return describe((meta.get("namespace") or "", str(meta.get("name"))))
+
+
 def controller_owner_uid(obj: Mapping[str, Any]) -> list[str]:
     """The uid of `obj`'s controller ownerReference (at most one), for the `OWNER` index."""
     for ref in obj.get("metadata", {}).get("ownerReferences") or ():

@@ -211,8 +211,10 @@ class Context:
         or None; `AlreadyOwned` when another owner controls it (with ``adopt``: that
         controller reference removed first, guarded by the child's resourceVersion)."""
         meta = body["metadata"]
+        if not meta.get("name"):  # generateName: a new object, nobody else's
+            return None
         spec = Kind.of(f"{body['apiVersion']}/{body['kind']}")
-        found = self.objects.get(spec, str(meta.get("name")), meta.get("namespace"))
+        found = self.objects.get(spec, str(meta["name"]), meta.get("namespace"))
         if found is None:
             return None
         current = encode(found, self.client)[1]

@@ -42,6 +42,7 @@ from typing import Any, Generic, TypeVar
 from operator_kit.api.kinds import Kind, KindSpec
 from operator_kit.api.rbac import Rule
 from operator_kit.api.resources import CustomResource, InvalidResource
+from operator_kit.runtime.cache import LabelSelector
 from operator_kit.runtime.context import Context
 from operator_kit.runtime.filters import Filter, function_name
 from operator_kit.runtime.objects import Objects, decode
@@ -204,6 +205,15 @@ class Controller(Generic[R]):
             if not isinstance(watch, Watch) or not callable(watch.mapper):
                 raise TypeError(f"{type(self).__name__}.watches takes Watch(kind, mapper) "
                                 f"entries, not {watch!r}")
+        # A selector the API server would refuse fails here, not as a watch retrying a 400.
+        for where, selector in [("label_selector", self.label_selector),
+                                *((f"watches[{i}].label_selector", w.label_selector)
+                                  for i, w in enumerate(self.watches))]:
+            if selector is not None:
+                try:
+                    LabelSelector.of(selector)
+                except ValueError as err:
+                    raise ValueError(f"{type(self).__name__}.{where}: {err}") from None
         cached = {self.primary_kind(), *self.owned_kinds(), *self.watched_kinds()}
         for name, index in self.indexes.items():
             if not isinstance(index, Index):

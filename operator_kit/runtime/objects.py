@@ -56,6 +56,7 @@ _PATCH_CONTENT = {"merge": "application/merge-patch+json",
                   "json": "application/json-patch+json"}
 
 _GONE: dict[str, Any] = {}
+_Unseen = list[tuple[Informer, str]]  # (aliases: inside the class, `list` is the method)
 """Journal entry of an object this reconcile deleted (compared by identity)."""
 
 
@@ -147,6 +148,19 @@ class Objects:
             else:
                 raws = self._list_from_api(resource, namespace, selector)
         return [decode(spec, raw, self.api.client) for raw in raws]
+
+    def unseen_writes(self) -> _Unseen:
+        """(cache, resourceVersion) for each object this session wrote that a cache of the
+        operator holds but has not seen at that version yet: what the next reconcile of
+        the same object waits for (`operator_kit.runtime.consistency`)."""
+        unseen: _Unseen = []
+        for (resource, _key), written in self._journal.items():
+            version = (written.get("metadata") or {}).get("resourceVersion")
+            if written is _GONE or not version or not self.informers:
+                continue
+            unseen += [(informer, str(version)) for informer in self.informers.of(resource)
+                       if informer.holds(written) and not informer.has_seen(str(version))]
+        return unseen
 
     def owned(self, owner: CustomResource | Mapping[str, Any], kind: KindSpec) -> _Items:
         """The objects of `kind` whose controller ownerReference is `owner`, from the

@@ -33,6 +33,8 @@ from operator_kit.client.transport import (
     error_message,
     throttle_delay,
 )
+from operator_kit.runtime.cache import describe, describe_object
+from operator_kit.runtime.consistency import CaughtUp
 from operator_kit.runtime.context import AlreadyOwned, Context
 from operator_kit.runtime.controller import Action, Controller, Watch, checked_result
 from operator_kit.runtime.filters import Filter, deletion_started, spec_changed
@@ -67,6 +69,7 @@ class ControllerRunner:
         self.queue: WorkQueue[Key] = WorkQueue(
             self.name, failure_backoff=Backoff(base=controller.on_error,
                                                cap=controller.max_backoff))
+        self.caught_up = CaughtUp(self.name)
         self.objects = objects if objects is not None else Objects(
             api, informers, field_manager=field_manager)
         self.own_writes = OwnWrites(self._enqueue_owners) if controller.skip_own_echoes \
@@ -148,7 +151,7 @@ class ControllerRunner:
                     return False
             except Exception:
                 log.exception("%s: filter %s on %s failed for %s: that event is dropped",
-                              self.name, _name(f), source, _describe_object(event.object))
+                              self.name, _name(f), source, describe_object(event.object))
                 return False
         return True
 
@@ -210,7 +213,7 @@ class ControllerRunner:
                 except Exception:
                     errors.inc()
                     log.exception("%s: mapper %s failed for %s %s: that event is dropped",
-                                  self.name, mapper, spec, _describe_object(obj))
+                                  self.name, mapper, spec, describe_object(obj))
                     continue
                 keys.update(mapped.keys)
                 if mapped.errors:  # the valid keys still go to the queue
@@ -219,7 +222,7 @@ class ControllerRunner:
                             "%s: mapper %s returned %s for %s %s: %s (its valid keys were "
                             "queued; its next errors are logged at DEBUG and counted in "
                             "operator_kit_mapper_errors_total)", self.name, mapper,
-                            "; ".join(mapped.errors), spec, _describe_object(obj),
+                            "; ".join(mapped.errors), spec, describe_object(obj),
                             accepted(self.controller.resource))
                     reported.set()
             for key in sorted(keys):
@@ -282,7 +285,7 @@ class ControllerRunner:
                     self._start_worker(f"reconcile-{self.name}-spare-{spares_started}")
                 log.error("%s: reconcile of %s has run for %.0fs (reconcile_timeout %gs): "
                           "it may be hung on a call without a timeout; %s", self.name,
-                          _describe(key), now - started, timeout,
+                          describe(key), now - started, timeout,
                           "another worker was started in its place" if replaced else
                           "no spare worker left to start in its place")
                 raw = self.primary.get(key)
@@ -332,7 +335,7 @@ class ControllerRunner:
                     self._process(key)
             except Exception:
                 log.exception("%s: unexpected error handling %s; retrying it with backoff",
-                              self.name, _describe(key))
+                              self.name, describe(key))
                 self.queue.add_failure(key)
             finally:
                 self.queue.done(key)
@@ -344,9 +347,13 @@ class ControllerRunner:
                     return
 
     def _process(self, key: Key) -> None:
+        if not self.caught_up.ready(key, self.stop):  # its last pass's writes, not yet seen
+            self.enqueue(key, CaughtUp.REQUEUE)
+            return
         raw = self.primary.get(key)
         if raw is None:  # deleted and gone (or not ours): nothing to reconcile
             self.queue.forget(key)
+            self.caught_up.forget(key)
             return
         if self.shard is not None and self.shard.draining(raw):
             self._let_go(key, raw)
@@ -383,7 +390,7 @@ class ControllerRunner:
                 # Deleted while it was being reconciled (a write to it, or to its status,
                 # found nothing): not a failure, and nothing is left to retry for.
                 log.info("%s: %s was deleted while it was being reconciled (%s %s)",
-                         self.name, _describe(key), err.status, err.reason)
+                         self.name, describe(key), err.status, err.reason)
                 result = "success"
                 self.queue.forget(key)
                 return
@@ -411,7 +418,7 @@ class ControllerRunner:
             metrics.CR_RECONCILES.labels(self.name, result).inc()
             self._duration.observe(time.monotonic() - started)
         after = action.requeue_after if action is not None else None
-        log.debug("%s: reconciled %s in %.3fs: %s", self.name, _describe(key),
+        log.debug("%s: reconciled %s in %.3fs: %s", self.name, describe(key),
                   time.monotonic() - started, result if after is None else f"{result} {after:g}s")
         self.queue.forget(key)
         if action is not None and action.requeue_after is not None:
@@ -432,7 +439,7 @@ class ControllerRunner:
             if err.status != 404:
                 raise
         log.info("%s: let go of %s: the sharder moves it to another member", self.name,
-                 _describe(key))
+                 describe(key))
         self.queue.forget(key)
 
     def _failed(self, key: Key, obj: CustomResource, err: Exception) -> None:
@@ -446,7 +453,7 @@ class ControllerRunner:
             key, at_least=self.controller.max_backoff if owned_elsewhere else 0.0)
         message = error_message(err)
         log.error("%s: reconcile of %s failed (attempt %d, retrying in %.1fs): %s",
-                  self.name, _describe(key), self.queue.failures(key), delay, message,
+                  self.name, describe(key), self.queue.failures(key), delay, message,
                   exc_info=not isinstance(err, ApiException | TypeError | AlreadyOwned))
         if not owned_elsewhere:
             # The same failure again is the same note, so its Event's count rises.
@@ -463,7 +470,7 @@ class ControllerRunner:
             self._remove_finalizer(raw, finalizer)
             self.queue.forget(key)
             log.info("%s: %s did not decode (%s); cleanup_invalid ran and its finalizer "
-                     "was removed", self.name, _describe(key), err)
+                     "was removed", self.name, describe(key), err)
             return
         except Exception as failure:  # noqa: BLE001 - reported below, retried with backoff
             reason = error_message(failure)
@@ -477,7 +484,7 @@ class ControllerRunner:
         note = (f"deletion is blocked: the object no longer matches {kind.__name__} ({err}) "
                 f"and cleanup could not run ({reason}); fix the object, or remove the "
                 f"finalizer {finalizer} by hand: {command}")
-        log.error("%s: %s: %s (retrying in %.1fs)", self.name, _describe(key), note, delay)
+        log.error("%s: %s: %s (retrying in %.1fs)", self.name, describe(key), note, delay)
         self.context.event(raw, True, "DeletionBlocked", note[:1024])
 
     def _remove_finalizer(self, raw: Mapping[str, Any], finalizer: str) -> None:
@@ -504,9 +511,9 @@ class ControllerRunner:
                 if meta.get("uid") != uid or finalizer not in (meta.get("finalizers") or ()):
                     return  # gone, made again, or someone else removed it
                 log.debug("%s: removing the finalizer of %s conflicted (attempt %d): "
-                          "retrying the removal alone", self.name, _describe_object(raw), attempt)
+                          "retrying the removal alone", self.name, describe_object(raw), attempt)
         log.warning("%s: removing the finalizer of %s conflicted %d times (it keeps changing): "
-                    "requeued, so cleanup will run again", self.name, _describe_object(raw),
+                    "requeued, so cleanup will run again", self.name, describe_object(raw),
                     FINALIZER_REMOVAL_ATTEMPTS)
         raise Conflict()
 
@@ -525,7 +532,11 @@ class ControllerRunner:
         return bool(current.get("metadata", {}).get("uid") != obj.uid)
 
     def _reconcile(self, obj: CustomResource) -> Action | None:
-        return checked_result(self.controller.reconcile(obj, self.context.for_object(obj)))
+        ctx = self.context.for_object(obj)
+        try:
+            return checked_result(self.controller.reconcile(obj, ctx))
+        finally:  # the next reconcile of obj reads these writes (consistency.py)
+            self.caught_up.remember((obj.namespace or "", obj.name), ctx.objects.unseen_writes())
 
     def finalize_or_reconcile(self, obj: CustomResource) -> Action | None:
         """One pass of the finalizer state machine (see controller.py) for `obj`, with
@@ -579,13 +590,3 @@ class Conflict(Exception):
 
     Raised by `ControllerRunner.finalize_or_reconcile`; the workers requeue on it, and
     `operator_kit.testing.reconcile_once` reports it."""
-
-
-def _describe(key: Key) -> str:
-    namespace, name = key
-    return f"{namespace}/{name}" if namespace else name
-
-
-def _describe_object(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata", {})
-    return _describe((meta.get("namespace") or "", str(meta.get("name"))))

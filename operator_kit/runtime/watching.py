@@ -17,7 +17,7 @@ An `Informer` runs one thread per watched kind (and namespace and selectors):
    missing CRD — and retried; the watch never silently stops.
 
 Handlers run on the watch thread and must be quick (they enqueue keys). The cache is a
-`operator_kit.cache.Store`: objects by key and by index, without
+`operator_kit.runtime.cache.Store`: objects by key and by index, without
 ``metadata.managedFields``, which operators rarely read and which dominate memory. With
 ``metadata_only`` the informer asks the API server for metadata alone
 (``PartialObjectMetadata``): for kinds whose spec and status a controller never reads,
@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -40,7 +41,7 @@ from kubernetes.client.exceptions import ApiException
 
 from operator_kit import metrics
 from operator_kit.client.transport import Api, Resource
-from operator_kit.runtime.cache import Key, Store, key_of
+from operator_kit.runtime.cache import Key, LabelSelector, Store, key_of
 from operator_kit.runtime.queueing import Backoff
 
 log = logging.getLogger("operator_kit.watching")
@@ -116,6 +117,10 @@ class Informer:
         self._response: Any = None
         self._thread: threading.Thread | None = None
         self._gauge = metrics.CACHE_OBJECTS.labels(str(resource))
+        # The highest resourceVersion this cache has applied (a list's, an event's or a
+        # bookmark's), and a condition to wait on it: see `has_seen`.
+        self._seen_version = 0
+        self._seen = threading.Condition()
 
     # -- reading the cache ---------------------------------------------------------------
 
@@ -135,6 +140,35 @@ class Informer:
         if self.label_selector or self.field_selector or (self.metadata_only and not metadata):
             return False
         return self.namespace is None or self.namespace == namespace
+
+    def holds(self, obj: dict[str, Any]) -> bool:
+        """Whether `obj` belongs in this cache: watched in its namespace and matching its
+        label selector (with a field selector, which only the API server evaluates: no)."""
+        namespace = (obj.get("metadata") or {}).get("namespace")
+        if self.field_selector or (self.namespace is not None and namespace != self.namespace):
+            return False
+        return not self.label_selector or LabelSelector.of(self.label_selector).matches(obj)
+
+    def has_seen(self, resource_version: str) -> bool:
+        """Whether this cache reflects `resource_version` of its kind or a later one: it
+        applied an event, list or bookmark at least that new. (resourceVersions are
+        opaque in the API; etcd's are integers, which this relies on: a version that is
+        not one is never reported seen.)"""
+        with self._seen:
+            return _version_number(resource_version) <= self._seen_version
+
+    def wait_seen(self, resource_version: str, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for `has_seen(resource_version)`; its answer."""
+        wanted = _version_number(resource_version)
+        with self._seen:
+            return self._seen.wait_for(lambda: wanted <= self._seen_version, timeout)
+
+    def _advance(self, resource_version: str | None) -> None:
+        number = _version_number(resource_version) if resource_version else 0
+        with self._seen:
+            if 0 < number != sys.maxsize and number > self._seen_version:
+                self._seen_version = number
+                self._seen.notify_all()
 
     def add_handler(self, handler: Handler) -> None:
         """Call `handler` for every change; it also gets ADDED for what is cached already."""
@@ -249,6 +283,7 @@ class Informer:
                     events.append(WatchEvent("MODIFIED", obj, before))
             for event in events:
                 self._dispatch(event)
+        self._advance(version)
         log.debug("listed %d %s at resourceVersion %s", len(items), self.description, version)
         return version
 
@@ -275,10 +310,10 @@ class Informer:
                         raise _Expired()
                     raise ApiException(status=obj.get("code", 500), reason=obj.get("message"))
                 resource_version = _rv(obj) or resource_version
-                if kind == "BOOKMARK":
-                    continue
-                self._normalize(obj)
-                self._apply(str(kind), obj)
+                if kind != "BOOKMARK":
+                    self._normalize(obj)
+                    self._apply(str(kind), obj)
+                self._advance(resource_version)
         except urllib3.exceptions.ReadTimeoutError as err:
             raise _Stalled(f"no data for {self.stall_timeout:.0f}s") from err
         except urllib3.exceptions.ProtocolError as err:
@@ -335,6 +370,14 @@ def _call(handler: Handler, event: WatchEvent, description: str) -> None:
         handler(event)
     except Exception:  # a handler bug must not stop the watch, nor the start
         log.exception("handler for %s failed on %s", description, event.type)
+
+
+def _version_number(resource_version: str) -> int:
+    """An etcd resourceVersion as the integer it is; a huge number for anything else."""
+    try:
+        return int(resource_version)
+    except (TypeError, ValueError):
+        return sys.maxsize
 
 
 def _rv(obj: dict[str, Any]) -> str | None:

@@ -280,3 +280,32 @@ def test_implication_is_never_claimed_when_it_does_not_hold() -> None:
 def test_label_selector_implies_through_its_parsed_form() -> None:
     assert LabelSelector.of("app=web,tier=db").implies(LabelSelector.of({"app": "web"}))
     assert not LabelSelector.of("tier=db").implies(LabelSelector.of("app=web"))
+
+
+def test_a_controller_or_watch_selector_the_server_would_refuse_fails_at_declaration() -> None:
+    from dataclasses import dataclass
+
+    from operator_kit import Controller, CustomResource, Watch
+
+    @dataclass
+    class ThingSpec:
+        size: int = 1
+
+    class Thing(CustomResource):
+        group = "selectors.operator-kit.test"
+        version = "v1"
+        kind = "Thing"
+        spec: ThingSpec
+
+    class Bad(Controller[Thing]):
+        resource = Thing
+        label_selector = "app=web,"
+
+    class BadWatch(Controller[Thing]):
+        resource = Thing
+        watches = [Watch("v1/ConfigMap", lambda cm, objects: [], label_selector="x/y/z=1")]
+
+    with pytest.raises(ValueError, match=r"Bad.label_selector: label selector 'app=web,'"):
+        Bad()
+    with pytest.raises(ValueError, match=r"BadWatch.watches\[0\].label_selector"):
+        BadWatch()
