@@ -17,7 +17,7 @@ is a `flask.Flask` app on which handlers are registered by path::
         obj.labels["example.com/managed"] = "true"
         return obj
 
-    @webhooks.convert("/convert")
+    @webhooks.convert("/convert", kind=Backup)
     def convert(obj: dict[str, Any], desired_api_version: str) -> dict[str, Any]:
         ...
 
@@ -115,7 +115,8 @@ _short.maxother = 60
 
 @dataclass(frozen=True)
 class Registration:
-    """One registered webhook: what it does, where, and for which kind (None: conversion).
+    """One registered webhook: what it does, where, and for which kind (the kind's root
+    class for a conversion webhook; None for one registered without a kind).
 
     `Webhooks.registrations` lists them, so manifests (CRD conversion stanzas, webhook
     configurations) are written from the same registrations that serve requests.
@@ -226,19 +227,30 @@ class Webhooks(flask.Flask):
 
         return register
 
-    def convert(self, path: str) -> Callable[[ConvertHandler], ConvertHandler]:
-        """Register a CRD conversion webhook at `path`.
+    def convert(
+        self, path: str, kind: type[CustomResource] | None = None
+    ) -> Callable[[ConvertHandler], ConvertHandler]:
+        """Register a CRD conversion webhook at `path`, for `kind` (any of its version classes).
 
         The handler gets each object (a dict) and the desired apiVersion and returns the
         object in that version; apiVersion is set on the result for it. Objects already in
         the desired version are passed through without calling it.
+
+        Before it runs, the review is checked and a malformed one fails with a message
+        naming the object (`operator_kit.webhooks.conversion`). With `kind` the check is
+        the full one: desiredAPIVersion must be one of the kind's versions, and each
+        object of the kind, in one of its versions, decoding as that version class
+        (`CustomResource.from_dict`), so the handler only ever sees well-formed objects.
+        Without it only the form is checked: a ``group/version`` desiredAPIVersion, and
+        objects with an apiVersion in the same group, a kind and metadata.
         """
+        root = None if kind is None else _root_of(kind)
 
         def register(handler: ConvertHandler) -> ConvertHandler:
             def answer(review: dict[str, Any]) -> tuple[dict[str, Any], str]:
-                return convert_all(path, handler, review["request"])
+                return convert_all(path, handler, review["request"], root)
 
-            self._add_webhook(Registration("convert", path, None), answer)
+            self._add_webhook(Registration("convert", path, root), answer)
             return handler
 
         return register
@@ -370,6 +382,12 @@ class Webhooks(flask.Flask):
         if isinstance(err, MethodNotAllowed) and err.valid_methods:
             response.headers["Allow"] = ", ".join(err.valid_methods)
         return response
+
+
+def _root_of(kind: Any) -> type[CustomResource]:
+    if not (isinstance(kind, type) and issubclass(kind, CustomResource)):
+        raise TypeError(f"kind must be a CustomResource class, got {_short.repr(kind)}")
+    return kind.versions()[0]
 
 
 def _log_handler_error(

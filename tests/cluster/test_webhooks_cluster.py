@@ -116,7 +116,7 @@ def capture(request: AdmissionRequest[Gadget]) -> None:
         json.dumps(request.raw))
 
 
-@webhooks.convert("/convert")
+@webhooks.convert("/convert", kind=Gadget)
 def convert(obj: dict[str, Any], desired_api_version: str) -> dict[str, Any]:
     spec = obj.get("spec", {})
     if desired_api_version == GadgetV2.api_version():
@@ -467,6 +467,36 @@ def test_the_crd_stores_v1_and_serves_v2_through_our_conversion(setup: Setup) ->
 
     definition = api.get(f"{CRDS}/{CRD_NAME}")
     assert definition["status"]["storedVersions"] == ["v1"]
+
+
+def test_a_conversion_the_api_server_would_not_ask_for_fails_saying_why(setup: Setup) -> None:
+    # The API server asks only for the CRD's versions, with objects that fit its schema:
+    # anything else reaches the webhook directly, over the same HTTPS, and is refused.
+    stored = create_gadget(setup.ns, "reviewed", scenario="conversion")  # as the API has it
+    cases = [
+        (f"{GROUP}/v9", [stored],
+         f"desiredAPIVersion {GROUP}/v9 is not a version of Gadget: it serves {GROUP}/v1, "
+         f"{GROUP}/v2"),
+        (GadgetV2.api_version(), [{**stored, "spec": 5}],
+         f"request.objects[0] is not a valid Gadget {GROUP}/v1: Gadget {setup.ns.name}/reviewed: "
+         "spec: expected object, got int 5"),
+        (GadgetV2.api_version(), [{k: v for k, v in stored.items() if k != "metadata"}],
+         f"request.objects[0], Gadget <unnamed> ({GROUP}/v1), has no metadata object"),
+    ]
+    connection = setup.server.connect()
+    try:
+        for desired, objects, message in cases:
+            review = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+                      "request": {"uid": "c1", "desiredAPIVersion": desired, "objects": objects}}
+            connection.request("POST", "/convert", body=json.dumps(review),
+                               headers={"Content-Type": "application/json"})
+            response = connection.getresponse()
+            assert response.status == 200
+            assert json.loads(response.read())["response"] == {
+                "uid": "c1", "result": {"status": "Failure", "message": message}}
+    finally:
+        connection.close()
+    assert "Traceback" not in setup.server.output()
 
 
 # ---------------------------------------------------------------------- failure policy

@@ -67,7 +67,37 @@ class Widget(CustomResource):
     status: WidgetStatus
 
 
+@dataclass
+class GizmoSpec:
+    size: int
+
+
+@dataclass
+class Dimensions:
+    size: int
+
+
+@dataclass
+class GizmoSpecV2:
+    dimensions: Dimensions
+
+
+class Gizmo(CustomResource):
+    """A kind in two versions, for the conversion webhook registered with its kind."""
+
+    group = "wh.example.com"
+    version = "v1"
+    kind = "Gizmo"
+    spec: GizmoSpec
+
+
+class GizmoV2(CustomResource, version_of=Gizmo):
+    version = "v2"
+    spec: GizmoSpecV2
+
+
 SECRET = "s3cr3t-token-value"
+converted: list[dict[str, Any]] = []
 seen: list[AdmissionRequest[Widget]] = []
 
 
@@ -120,12 +150,23 @@ def make_app() -> Webhooks:
         out["spec"] = {"size": spec.get("dimensions", {}).get("size")}
         return out
 
+    @app.convert("/convert-gizmo", kind=GizmoV2)  # any version class names the kind
+    def convert_gizmo(obj: dict[str, Any], desired_api_version: str) -> dict[str, Any]:
+        converted.append(obj)
+        spec = obj["spec"]  # no checks: the webhook decoded the object before
+        if desired_api_version == GizmoV2.api_version():
+            if spec["size"] == 13:
+                raise RuntimeError(f"a bug, with token {SECRET}")
+            return {**obj, "spec": {"dimensions": {"size": spec["size"]}}}
+        return {**obj, "spec": {"size": spec["dimensions"]["size"]}}
+
     return app
 
 
 @pytest.fixture
 def app() -> Webhooks:
     seen.clear()
+    converted.clear()
     return make_app()
 
 
@@ -176,6 +217,15 @@ def conversion(objects: list[Any], desired: str = "wh.example.com/v2") -> dict[s
         "kind": "ConversionReview",
         "request": {"uid": "conv-1", "desiredAPIVersion": desired, "objects": objects},
     }
+
+
+def gadget(spec: dict[str, Any], name: str = "g1", version: str = "v1") -> dict[str, Any]:
+    return {"apiVersion": f"wh.example.com/{version}", "kind": "Gadget",
+            "metadata": {"name": name, "namespace": "ns"}, "spec": spec}
+
+
+def gizmo(spec: Any, name: str = "g1", version: str = "v1") -> dict[str, Any]:
+    return {**gadget(spec, name, version), "kind": "Gizmo"}
 
 
 def post(http: FlaskClient, path: str, body: Any) -> Any:
@@ -439,7 +489,8 @@ def test_convert_converts_each_object_and_sets_its_api_version(http: FlaskClient
 
 
 def test_objects_already_in_the_desired_version_pass_through(http: FlaskClient) -> None:
-    obj = {"apiVersion": "wh.example.com/v2", "kind": "Gadget", "spec": {"size": "explode"}}
+    obj = {"apiVersion": "wh.example.com/v2", "kind": "Gadget", "metadata": {"name": "g"},
+           "spec": {"size": "explode"}}
     answer = post(http, "/convert", conversion([obj]))
     assert answer["response"]["convertedObjects"] == [obj]
 
@@ -471,7 +522,8 @@ def test_one_failed_object_fails_the_whole_review_naming_it(
     http: FlaskClient, size: str, message: str, outcome: str
 ) -> None:
     before = requests_total("/convert", outcome)
-    good = {"apiVersion": "wh.example.com/v1", "kind": "Gadget", "spec": {"size": 1}}
+    good = {"apiVersion": "wh.example.com/v1", "kind": "Gadget", "metadata": {"name": "good"},
+            "spec": {"size": 1}}
     bad = {
         "apiVersion": "wh.example.com/v1",
         "kind": "Gadget",
@@ -487,12 +539,190 @@ def test_one_failed_object_fails_the_whole_review_naming_it(
     assert requests_total("/convert", outcome) == before + 1
 
 
+def test_with_its_kind_a_converter_converts_between_the_kinds_versions(
+    http: FlaskClient,
+) -> None:
+    answer = post(http, "/convert-gizmo", conversion([gizmo({"size": 1}), gizmo({"size": 2})]))
+    assert answer["response"]["result"] == {"status": "Success"}
+    assert [o["spec"] for o in answer["response"]["convertedObjects"]] == [
+        {"dimensions": {"size": 1}}, {"dimensions": {"size": 2}}]
+    back = conversion([gizmo({"dimensions": {"size": 3}}, version="v2")], "wh.example.com/v1")
+    (obj,) = post(http, "/convert-gizmo", back)["response"]["convertedObjects"]
+    assert obj == gizmo({"size": 3})
+
+
+SERVED = "wh.example.com/v1, wh.example.com/v2"
+
+
+@pytest.mark.parametrize("desired", ["wh.example.com/v9", "apps/v1", "v1", "other.example.org/v2"])
+def test_with_its_kind_an_unknown_desired_version_fails_naming_the_versions_served(
+    http: FlaskClient, desired: str
+) -> None:
+    # The API server only asks for versions the CRD lists; anyone else is told which.
+    before = requests_total("/convert-gizmo", "denied")
+    answer = post(http, "/convert-gizmo", conversion([gizmo({"size": 1})], desired))
+    assert answer["response"] == {"uid": "conv-1", "result": {
+        "status": "Failure",
+        "message": f"desiredAPIVersion {desired} is not a version of Gizmo: it serves {SERVED}"}}
+    assert converted == []
+    assert requests_total("/convert-gizmo", "denied") == before + 1
+
+
+@pytest.mark.parametrize(
+    ("desired", "message"),
+    [
+        ("apps/v1", "desiredAPIVersion 'apps/v1' is not the group/version of a custom resource "
+                    "(a group with a dot, a version: example.com/v1)"),
+        ("v1", "desiredAPIVersion 'v1' is not the group/version of a custom resource "),
+        ("wh.example.com", "desiredAPIVersion 'wh.example.com' is not the group/version of "),
+        ("other.example.org/v2",
+         "cannot convert request.objects[0], Gadget ns/g1 (wh.example.com/v1), to "
+         "other.example.org/v2: a conversion never changes the group (wh.example.com to "
+         "other.example.org)"),
+    ],
+)
+def test_without_a_kind_the_desired_version_must_be_a_group_version_of_the_objects_group(
+    http: FlaskClient, desired: str, message: str
+) -> None:
+    answer = post(http, "/convert", conversion([gadget({"size": 1})], desired))
+    assert answer["response"]["result"]["status"] == "Failure"
+    assert answer["response"]["result"]["message"].startswith(message)
+
+
+def test_without_a_kind_a_version_of_the_group_is_not_checked_further(
+    http: FlaskClient,
+) -> None:
+    # What the kind serves is unknown here; Webhooks.convert(path, kind=...) checks it.
+    answer = post(http, "/convert", conversion([gadget({"size": 1})], "wh.example.com/v9"))
+    assert answer["response"]["result"] == {"status": "Success"}
+
+
+def _without(obj: dict[str, Any], key: str) -> dict[str, Any]:
+    return {k: v for k, v in obj.items() if k != key}
+
+
+MALFORMED = [
+    ("not an object", [gizmo({"size": 1}), 3],
+     "request.objects[1] is not an object, got a number"),
+    ("no apiVersion", [_without(gizmo({"size": 1}), "apiVersion")],
+     "request.objects[0], Gizmo ns/g1, has no apiVersion"),
+    ("apiVersion not a string", [{**gizmo({"size": 1}), "apiVersion": 1}],
+     "request.objects[0], Gizmo ns/g1, has no apiVersion (got a number)"),
+    ("no kind", [_without(gizmo({"size": 1}), "kind")],
+     "request.objects[0], object ns/g1 (wh.example.com/v1), has no kind"),
+    ("no metadata", [_without(gizmo({"size": 1}), "metadata")],
+     "request.objects[0], Gizmo <unnamed> (wh.example.com/v1), has no metadata object"),
+    ("metadata not an object", [{**gizmo({"size": 1}), "metadata": "g1"}],
+     "request.objects[0], Gizmo <unnamed> (wh.example.com/v1), has no metadata object "
+     "(got a string)"),
+    ("another group", [gizmo({"size": 1}), {**gizmo({"size": 1}), "apiVersion": "x.example/v1"}],
+     "cannot convert request.objects[1], Gizmo ns/g1 (x.example/v1), to wh.example.com/v2: a "
+     "conversion never changes the group (x.example to wh.example.com)"),
+]
+
+MALFORMED_FOR_THE_KIND = [
+    ("a spec that is not an object", [gizmo(5)],
+     "request.objects[0] is not a valid Gizmo wh.example.com/v1: Gizmo ns/g1: spec: expected "
+     "object, got int 5"),
+    ("a field of the wrong type", [gizmo({"size": 1}), gizmo({"size": "big"}, "g2")],
+     "request.objects[1] is not a valid Gizmo wh.example.com/v1: Gizmo ns/g2: spec.size: "
+     "expected int, got str 'big'"),
+    ("no spec", [_without(gizmo({"size": 1}), "spec")],
+     "request.objects[0] is not a valid Gizmo wh.example.com/v1: Gizmo ns/g1: spec: required "
+     "field is missing"),
+    ("in the desired version but malformed", [gizmo({"size": 1}, version="v2")],
+     "request.objects[0] is not a valid Gizmo wh.example.com/v2: Gizmo ns/g1: spec.dimensions: "
+     "required field is missing"),
+    ("another kind", [gadget({"size": 1})],
+     "request.objects[0], Gadget ns/g1 (wh.example.com/v1), is not a Gizmo"),
+    ("a version the kind does not have", [gizmo({"size": 1}, version="v7")],
+     f"request.objects[0], Gizmo ns/g1 (wh.example.com/v7), is not in a version of Gizmo: it "
+     f"serves {SERVED}"),
+]
+
+
+@pytest.mark.parametrize(
+    ("path", "objects", "message"),
+    [("/convert-gizmo", *case[1:]) for case in MALFORMED + MALFORMED_FOR_THE_KIND]
+    + [("/convert", *case[1:]) for case in MALFORMED],
+    ids=[f"kind-{case[0]}" for case in MALFORMED + MALFORMED_FOR_THE_KIND]
+    + [f"no-kind-{case[0]}" for case in MALFORMED],
+)
+def test_a_malformed_object_fails_the_review_with_what_is_wrong_before_any_handler_runs(
+    http: FlaskClient, caplog: pytest.LogCaptureFixture, path: str, objects: list[Any],
+    message: str,
+) -> None:
+    # The object's fault, not the handler's: no "internal error", no traceback anywhere.
+    if path == "/convert":
+        message = message.replace("Gizmo ns", "Gadget ns").replace("Gizmo <", "Gadget <")
+        objects = [{**o, "kind": "Gadget"} if isinstance(o, dict) and "kind" in o else o
+                   for o in objects]
+    before = requests_total(path, "denied")
+    with caplog.at_level(logging.INFO, logger="operator_kit.webhooks"):
+        answer = post(http, path, conversion(objects))
+    assert answer["response"] == {"uid": "conv-1",
+                                  "result": {"status": "Failure", "message": message}}
+    assert converted == []
+    assert not [r for r in caplog.records if r.exc_info]
+    assert requests_total(path, "denied") == before + 1
+
+
+def test_without_a_kind_a_spec_the_handler_chokes_on_is_an_internal_error(
+    http: FlaskClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Nothing says what a Gadget's spec is: register the converter with kind= to have it
+    # decoded (the Gizmo case above).
+    with caplog.at_level(logging.ERROR, logger="operator_kit.webhooks"):
+        answer = post(http, "/convert", conversion([gadget(5)]))  # type: ignore[arg-type]
+    assert "internal error in webhook /convert" in answer["response"]["result"]["message"]
+    assert caplog.records[-1].exc_info is not None
+
+
+def test_with_its_kind_a_bug_on_a_well_formed_object_is_an_internal_error_logged_in_full(
+    http: FlaskClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    before = requests_total("/convert-gizmo", "error")
+    with caplog.at_level(logging.ERROR, logger="operator_kit.webhooks"):
+        answer = post(http, "/convert-gizmo", conversion([gizmo({"size": 13})]))
+    assert answer["response"]["result"] == {
+        "status": "Failure",
+        "message": "converting Gizmo ns/g1 (wh.example.com/v1) to wh.example.com/v2 failed: "
+                   "internal error in webhook /convert-gizmo; see the operator's log"}
+    assert SECRET not in json.dumps(answer)
+    (record,) = [r for r in caplog.records if r.name == "operator_kit.webhooks"]
+    assert record.exc_info is not None and "RuntimeError" in caplog.text
+    assert requests_total("/convert-gizmo", "error") == before + 1
+
+
+@pytest.mark.parametrize(
+    ("returned", "error"),
+    [
+        ({"spec": {"dimensions": {"size": 1}}}, None),
+        ({"metadata": None, "spec": {}}, "return metadata as an object"),
+        ({"kind": "Gadget", "spec": {}}, "it must keep the kind 'Gizmo'"),
+    ],
+)
+def test_a_result_keeps_the_objects_kind_and_metadata(
+    caplog: pytest.LogCaptureFixture, returned: dict[str, Any], error: str | None
+) -> None:
+    app = Webhooks()
+    app.convert("/convert", kind=Gizmo)(lambda obj, desired: dict(returned))
+    with caplog.at_level(logging.ERROR, logger="operator_kit.webhooks"):
+        answer = post(app.test_client(), "/convert", conversion([gizmo({"size": 1})]))
+    if error is None:
+        (obj,) = answer["response"]["convertedObjects"]
+        assert obj == gizmo({"dimensions": {"size": 1}}, version="v2")
+    else:
+        assert "internal error" in answer["response"]["result"]["message"]
+        assert error in caplog.text
+
+
 @pytest.mark.parametrize(
     ("change", "error"),
     [
         (lambda r: r.pop("desiredAPIVersion"), "request.desiredAPIVersion is missing"),
+        (lambda r: r.update(desiredAPIVersion=7), "request.desiredAPIVersion is missing"),
         (lambda r: r.update(objects={}), "request.objects is missing or not a list"),
-        (lambda r: r.update(objects=[{}, 3]), "request.objects[1] is not an object"),
     ],
 )
 def test_a_malformed_conversion_request_is_bad_input(
@@ -732,7 +962,7 @@ def test_a_body_shorter_than_its_content_length_is_a_400_that_says_so(
 def test_a_conversion_review_has_its_own_larger_limit_as_it_carries_a_whole_list(
     http: FlaskClient,
 ) -> None:
-    objects = [{"apiVersion": "wh.example.com/v1", "metadata": {"name": f"w{i}"},
+    objects = [{"apiVersion": "wh.example.com/v1", "kind": "Widget", "metadata": {"name": f"w{i}"},
                 "spec": {"schedule": "@daily", "database": "x" * 1000}} for i in range(100)]
     review = conversion(objects)
     assert len(json.dumps(review)) > 64 * 1024  # over the admission limit of this app
@@ -770,7 +1000,8 @@ def test_every_answer_is_counted_by_outcome_and_timed(http: FlaskClient) -> None
         ("/validate", admission(widget({"schedule": ""})), "denied"),
         ("/mutate", admission(widget()), "patched"),
         ("/mutate", admission(widget({"schedule": "x", "database": "as-is"})), "allowed"),
-        ("/convert", conversion([{"apiVersion": "wh.example.com/v1", "spec": {}}]), "converted"),
+        ("/convert", conversion([gadget({})]), "converted"),
+        ("/convert", conversion([gadget({})], "wh.example.com/v2/x"), "denied"),
     ]
     for path, review, outcome in cases:
         before, timed = requests_total(path, outcome), duration_count(path)
@@ -797,7 +1028,13 @@ def test_registrations_list_every_webhook_for_the_manifests(app: Webhooks) -> No
         Registration("validate", "/validate", Widget),
         Registration("mutate", "/mutate", Widget),
         Registration("convert", "/convert", None),
+        Registration("convert", "/convert-gizmo", Gizmo),  # the root, whichever was given
     )
+
+
+def test_a_converters_kind_must_be_a_custom_resource_class(app: Webhooks) -> None:
+    with pytest.raises(TypeError, match="kind must be a CustomResource class, got '/x'"):
+        app.convert(Gizmo, "/x")  # type: ignore[arg-type]
 
 
 def test_webhooks_is_a_flask_app_that_can_serve_other_routes(app: Webhooks) -> None:

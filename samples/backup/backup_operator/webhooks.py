@@ -24,7 +24,7 @@ def register(webhooks: Webhooks) -> None:
         backup.labels[MANAGED_LABEL] = "true"
         return backup
 
-    @webhooks.convert("/convert")
+    @webhooks.convert("/convert", kind=Backup)
     def convert(obj: dict[str, Any], desired_api_version: str) -> dict[str, Any]:
         return convert_backup(obj, desired_api_version)
 
@@ -38,5 +38,5 @@ def convert_backup(obj: dict[str, Any], desired_api_version: str) -> dict[str, A
         source = dict(spec.pop("source"))
         spec["database"] = source.pop("database", "")
         if source:  # fields v1 cannot hold would be lost: refuse rather than drop them
-            raise ValueError(f"spec.source fields {sorted(source)} have no v1 equivalent")
+            raise Denied(f"spec.source fields {sorted(source)} have no v1 equivalent")
     return {**obj, "spec": spec}
