@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from operator_kit import logs
 from operator_kit._version import __version__ as kit_version
+from operator_kit.client.kubeconfig import split as kubeconfig_paths
 from operator_kit.probes import HttpServer
 from operator_kit.settings import (
     ENV,
@@ -57,8 +58,11 @@ from operator_kit.settings import (
     NAME_ENV,
     PROBE_PORT,
     Address,
+    ArgumentParser,
     Settings,
     UsageError,
+    check_name,
+    env_names,
     parse_address,
 )
 
@@ -75,11 +79,8 @@ class _Exit(Exception):
         self.status = status
 
 
-class _Parser(argparse.ArgumentParser):
+class _Parser(ArgumentParser):
     """argparse that reports instead of exiting, so `main` decides the one line and code."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{message}; run {self.prog} --help for the flags")
 
     def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
         if message:
@@ -146,14 +147,13 @@ def parse(argv: list[str], *, prog: str = "operator", version: str = "",
         raise UsageError(f"{fmt_where} {fmt!r} is not a log format; use text or json")
     kubeconfig, kube_where = value("kubeconfig")
     if kubeconfig is not None:
-        # A list (a:b) is merged as kubectl merges it: missing files are skipped, so
-        # only a list where none exists is an error.
-        paths = [p for p in kubeconfig.split(os.pathsep) if p]
-        if not any(os.path.isfile(p) for p in paths):
-            what = "no such file" if len(paths) <= 1 else "none of these files exists"
-            raise UsageError(f"{kube_where} {kubeconfig}: {what}; point it at the cluster's "
-                             "kubeconfig (python -m operator_kit.localcluster up prints one), "
-                             "or leave it unset to use in-cluster or ~/.kube/config")
+        _check_kubeconfig(kubeconfig, kube_where)
+    env_names(env, namespaces=False)  # NAME_ENV's: `apply_environment` sets them
+    namespaces = []
+    for name in ("namespace", "watch_namespace"):
+        given, where = value(name)
+        namespaces.append(None if given is None else
+                          check_name(given, where, what="a namespace name"))
     in_pod = bool(env.get("KUBERNETES_SERVICE_HOST"))
     addresses = []
     for name, port in (("health_probe_bind_address", PROBE_PORT),
@@ -162,20 +162,39 @@ def parse(argv: list[str], *, prog: str = "operator", version: str = "",
         if text is None:
             text = f":{port}" if in_pod else f"127.0.0.1:{port}"
         addresses.append(parse_address(text, from_))
-    return Settings(namespace=value("namespace")[0],
-                    watch_namespace=value("watch_namespace")[0],
+    return Settings(namespace=namespaces[0], watch_namespace=namespaces[1],
                     kubeconfig=kubeconfig, log_level=(level or "info").lower(),
                     log_format=fmt or "text", health_probe_bind_address=addresses[0],
                     metrics_bind_address=addresses[1])
 
 
+def _check_kubeconfig(value: str, where: str) -> None:
+    """A list (a:b) is merged as kubectl merges it: missing files are skipped, so only a
+    list where no file exists is an error; a directory is not a kubeconfig file."""
+    paths = kubeconfig_paths(value)
+    if any(os.path.isfile(p) for p in paths):
+        return
+    folders = [p for p in paths if os.path.isdir(p)]
+    if len(paths) <= 1:
+        what = "is a directory, not a kubeconfig file" if folders else "no such file"
+    elif folders:
+        what = f"none of these is a kubeconfig file ({', '.join(folders)}: a directory)"
+    else:
+        what = "none of these files exists"
+    raise UsageError(f"{where} {value}: {what}; point it at the cluster's kubeconfig "
+                     "(python -m operator_kit.localcluster up prints one), or leave it "
+                     "unset to use in-cluster or ~/.kube/config")
+
+
 def apply_environment(operator: Operator, settings: Settings | None = None) -> None:
     """Give `operator` the namespaces and kubeconfig the settings (by default: the
     environment variables, as under gunicorn) name, and the names of its webhook Service
-    and configurations that the environment gives (`NAME_ENV`)."""
+    and configurations that the environment gives (`NAME_ENV`); `UsageError` for a
+    variable that is not a valid name (`operator_kit.settings.env_names`)."""
+    names = env_names(namespaces=settings is None)
     if settings is None:
-        settings = Settings(namespace=os.environ.get(ENV["namespace"]) or None,
-                            watch_namespace=os.environ.get(ENV["watch_namespace"]) or None)
+        settings = Settings(namespace=names.get("namespace"),
+                            watch_namespace=names.get("watch_namespace"))
     if settings.namespace:
         operator.namespace = settings.namespace
     if settings.kubeconfig:
@@ -184,9 +203,9 @@ def apply_environment(operator: Operator, settings: Settings | None = None) -> N
         for controller in operator.controllers:
             if controller.namespace is None and controller.resource.namespaced:
                 controller.namespace = settings.watch_namespace
-    for attribute, variable in NAME_ENV.items():
-        if os.environ.get(variable):
-            setattr(operator, attribute, os.environ[variable])
+    for attribute in NAME_ENV:
+        if attribute in names:
+            setattr(operator, attribute, names[attribute])
 
 
 def servers(operator: Operator, settings: Settings) -> list[HttpServer]:
@@ -260,7 +279,7 @@ def main(operator: Operator, argv: list[str] | None = None,
         from operator_kit.manifests._command import run as manifests
 
         return manifests(settings.manifests, operator=operator,
-                         app=f"{module or 'main'}:operator")
+                         app=f"{module or 'main'}:operator", prog=f"{prog} --manifests")
     logs.configure(settings.log_level, settings.log_format)
     apply_environment(operator, settings)
     try:

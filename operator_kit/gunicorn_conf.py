@@ -7,11 +7,11 @@ Every setting can still be overridden on the command line or with ``GUNICORN_CMD
 Why these values:
 
 - ``workers = 1``, a gthread worker (`operator_kit.webhooks.gunicorn_worker.ThreadWorker`), 8
-  threads: an operator's controllers run inside the worker that loads the app
-  (`operator_kit.webhooks.load_app` starts them), so a second worker would run every
-  controller twice. Threads give the concurrency a webhook needs; handlers are short and
-  mostly wait on the GIL-free parts (TLS, I/O). Scale with replicas (and leader
-  election), not workers.
+  threads (``OPERATOR_KIT_THREADS``): an operator's controllers run inside the worker
+  that loads the app (`operator_kit.webhooks.load_app` starts them), so a second worker
+  would run every controller twice. Threads give the concurrency a webhook needs;
+  handlers are short and mostly wait on the GIL-free parts (TLS, I/O). Scale with
+  replicas (and leader election), not workers.
 - Each request must be received in full within ``OPERATOR_KIT_READ_TIMEOUT`` seconds
   (default 5) of a thread taking it up, else its connection is closed: without that, as
   many stalled or trickling clients as threads would stop every webhook being answered
@@ -26,6 +26,11 @@ Why these values:
   context of `operator_kit.webhooks.tls.ServingContext`, which reloads the files when they change
   (looked at once a second), so a renewed certificate is served without a restart, and
   restricts TLS to 1.2 with AEAD suites and 1.3 (`operator_kit.webhooks.tls.apply_policy`).
+  A pair that cannot be served (a key that is not the certificate's, unreadable,
+  unparsable, expired) is refused here, in the master, with one ERROR line naming the
+  files, the problem and the Secret to check; the replica is then not ready (``/readyz``
+  503; the probes get a placeholder certificate) until a pair that loads is mounted, which
+  is served without a restart. A bad renewal keeps the last good pair served.
   ``OPERATOR_KIT_INSECURE_HTTP=1`` serves plain HTTP, for local debugging only.
 - With an Operator that serves webhooks, ``post_worker_init`` starts its certificate
   keeper in the worker (`Operator.keep_webhook_tls`): it follows the shared Secret,
@@ -48,6 +53,10 @@ Why these values:
 - Logs: ``OPERATOR_KIT_LOG_LEVEL`` (default info) and ``OPERATOR_KIT_LOG_FORMAT`` (text or
   json), in the master and the worker, gunicorn's own lines included
   (`operator_kit.logs`): the same format as ``python -m my_operator --log-format``.
+- Every variable the master or the worker reads is checked here first
+  (`operator_kit.settings`): a bad one ends the master with one line on stderr naming
+  it, and exit code 2, before anything starts (gunicorn would print a traceback for
+  any other error in this file). docs/reference/configuration.md lists them.
 """
 
 from __future__ import annotations
@@ -55,22 +64,31 @@ from __future__ import annotations
 import gc
 import os
 import ssl
+import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from gunicorn.glogging import Logger
 
 from operator_kit import logs
+from operator_kit.settings import (
+    UsageError,
+    check_bind,
+    env_bool,
+    env_choice,
+    env_float,
+    env_int,
+    env_names,
+    env_text,
+)
 from operator_kit.webhooks.certificates import TLS_CERT_ENV, TLS_KEY_ENV
-from operator_kit.webhooks.gunicorn_worker import read_timeout_from_env
+from operator_kit.webhooks.gunicorn_worker import DEFAULT_READ_TIMEOUT
 from operator_kit.webhooks.loader import APP_ENV
-from operator_kit.webhooks.tls import ServingContext
-
-_TRUE = ("1", "true", "yes", "on")
+from operator_kit.webhooks.tls import ServingContext, set_current
 
 
 def _flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in _TRUE
+    return env_bool(name, False)
 
 
 def _tls_files() -> tuple[str | None, str | None]:
@@ -100,8 +118,7 @@ def _tls_files() -> tuple[str | None, str | None]:
 
 
 def _managed() -> bool:
-    return os.environ.get("OPERATOR_KIT_MANAGE_TLS", "1").strip().lower() not in (
-        "0", "false", "no", "off")
+    return env_bool("OPERATOR_KIT_MANAGE_TLS", True)
 
 
 def _prepare_tls() -> None:
@@ -124,16 +141,85 @@ def _prepare_tls() -> None:
         prepare(directory)
 
 
+def _tls_hint() -> str:
+    """What to check when the certificate files do not load: the Secret they come from.
+
+    Asked only then. In the master, before the app is loaded, that means importing it
+    (`_prepare_tls` does anyway when it manages the certificate), for the name of an
+    `ExternalCertificate`'s Secret or of the Operator's own."""
+    from operator_kit.webhooks.loader import import_target, loaded_target
+
+    target, spec = loaded_target(), os.environ.get(APP_ENV)
+    if target is None and spec:
+        try:
+            target = import_target(spec)
+        except Exception:  # noqa: BLE001 - only for the message; the worker says why
+            target = None
+    secret = getattr(getattr(target, "webhook_certificate", None), "secret", None)
+    if secret is None and _managed():
+        secret = getattr(target, "webhook_secret", None)
+    return f"check the Secret {secret}" if isinstance(secret, str) else "replace them"
+
+
 def _log_settings() -> tuple[str, str]:
-    level = os.environ.get("OPERATOR_KIT_LOG_LEVEL", "info").strip().lower() or "info"
-    fmt = os.environ.get("OPERATOR_KIT_LOG_FORMAT", "text").strip().lower() or "text"
-    if level not in logs.LEVELS:
-        raise RuntimeError(f"operator_kit.gunicorn_conf: OPERATOR_KIT_LOG_LEVEL={level!r} is "
-                           f"not a log level; use one of {', '.join(logs.LEVELS)}")
-    if fmt not in logs.FORMATS:
-        raise RuntimeError(f"operator_kit.gunicorn_conf: OPERATOR_KIT_LOG_FORMAT={fmt!r} is "
-                           "not a log format; use text or json")
-    return level, fmt
+    return (env_choice("OPERATOR_KIT_LOG_LEVEL", "info", logs.LEVELS, what="a log level"),
+            env_choice("OPERATOR_KIT_LOG_FORMAT", "text", logs.FORMATS, what="a log format"))
+
+
+def _bind() -> str:
+    default = "0.0.0.0:8443" if _in_pod else "127.0.0.1:8443"
+    given = env_text("OPERATOR_KIT_BIND")
+    return default if given is None else check_bind(given, "OPERATOR_KIT_BIND")
+
+
+def _threads() -> int:
+    return env_int("OPERATOR_KIT_THREADS", 8, minimum=1,
+                   what="the number of threads per worker")
+
+
+_CERT_ENV = ("OPERATOR_KIT_CERT_LIFETIME", "OPERATOR_KIT_CA_LIFETIME",
+             "OPERATOR_KIT_CERT_POLL_INTERVAL", "OPERATOR_KIT_CERT_SETTLE")
+
+
+def _check_environment() -> None:
+    """Check every variable the master and the worker read, before either starts: a bad
+    one ends the master with one line on stderr and exit code 2 (`_fail`)."""
+    try:
+        _log_settings()
+        _bind()
+        _threads()
+        # The worker reads it again (`ThreadWorker`), by the same rule.
+        env_float("OPERATOR_KIT_READ_TIMEOUT", DEFAULT_READ_TIMEOUT, above=0,
+                  what="the seconds a request may take to arrive in full")
+        for name in ("OPERATOR_KIT_ACCESS_LOG", "OPERATOR_KIT_INSECURE_HTTP"):
+            _flag(name)
+        _managed()
+        spec = env_text(APP_ENV)
+        module, sep, attr = (spec or "").partition(":")
+        if spec is not None and not (module and sep and attr):  # as `import_target` reads it
+            raise UsageError(f"{APP_ENV}={os.environ[APP_ENV]!r}: not MODULE:ATTR; name the "
+                             "Operator (or Webhooks app) to serve, for example "
+                             f"{APP_ENV}=backup_operator:operator")
+        env_names()  # the namespaces and renamed objects the worker's Operator takes
+        given = [name for name in _CERT_ENV if env_text(name)]
+        if given:  # else the defaults, always valid (and certkeeper is not imported)
+            from operator_kit.webhooks.certkeeper import Rotation
+
+            try:
+                Rotation.from_env()
+            except ValueError as err:  # a bad duration, or lifetimes that do not fit
+                named = str(err).startswith("OPERATOR_KIT_")
+                raise UsageError(str(err) if named else f"{', '.join(given)}: {err}") from None
+    except UsageError as err:
+        _fail(err)
+
+
+def _fail(err: UsageError) -> NoReturn:
+    """One line on stderr and exit code 2. Any other exception in this file, gunicorn
+    reports with a traceback (``-c FILE``) or after a blank line (``-c python:...``)."""
+    print(f"operator_kit.gunicorn_conf: error: {' '.join(str(err).split())}",
+          file=sys.stderr, flush=True)
+    raise SystemExit(2)
 
 
 class OperatorLogger(Logger):  # type: ignore[misc]  # gunicorn is untyped
@@ -147,23 +233,26 @@ class OperatorLogger(Logger):  # type: ignore[misc]  # gunicorn is untyped
 
 
 _in_pod = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+_check_environment()  # a bad variable ends the start here, in one line
 _log_level, _log_format = _log_settings()
 logs.configure(_log_level, _log_format)  # the master's own lines (TLS preparation)
 _prepare_tls()
 
 wsgi_app = "operator_kit.webhooks:app"
-bind = [os.environ.get("OPERATOR_KIT_BIND") or ("0.0.0.0:8443" if _in_pod else "127.0.0.1:8443")]
+bind = [_bind()]
 worker_class = "operator_kit.webhooks.gunicorn_worker.ThreadWorker"
-read_timeout_from_env()  # a malformed OPERATOR_KIT_READ_TIMEOUT stops the start here
 workers = 1
-threads = int(os.environ.get("OPERATOR_KIT_THREADS", "8"))
+threads = _threads()
 reuse_port = True
 control_socket_disable = True  # gunicorn >= 24: no shared ~/.gunicorn/gunicorn.ctl
 keepalive = 120
 timeout = 30
 graceful_timeout = 20
 certfile, keyfile = _tls_files()
-_serving = ServingContext(certfile, keyfile) if certfile and keyfile else None
+_serving = ServingContext(certfile, keyfile, hint=_tls_hint) if certfile and keyfile else None
+if _serving is not None:
+    _serving.check()  # a pair that cannot be served is refused here: one ERROR line
+set_current(_serving)  # Operator.ready follows it (in the worker, which inherits it)
 
 
 def ssl_context(conf: Any, default_ssl_context_factory: Callable[[], ssl.SSLContext]

@@ -7,9 +7,10 @@ returns one kubeconfig, by client-go's rules (``clientcmd.ClientConfigLoadingRul
   expanded;
 - a file that does not exist is skipped; when none exists, `ConfigurationError` names
   them all;
-- a file that cannot be read or is not a kubeconfig (not YAML, not a mapping, a
-  ``clusters``/``users``/``contexts`` entry without a name) is a `ConfigurationError`
-  naming that file, whatever the others hold;
+- a file that cannot be read (a directory) or is not a kubeconfig (not YAML, not a
+  mapping, a ``clusters``/``users``/``contexts`` entry without a name or whose body is not
+  a mapping, a current-context that is not a string) is a `ConfigurationError` naming that
+  file, whatever the others hold;
 - ``clusters``, ``users`` and ``contexts`` are merged by name: the first file to define a
   name wins, and its entry is taken whole (a later file's entry of the same name is
   ignored, even the fields the first did not set);
@@ -19,6 +20,10 @@ returns one kubeconfig, by client-go's rules (``clientcmd.ClientConfigLoadingRul
   contains a ``/`` — are made absolute relative to the folder of the file that defined
   the entry, so pieces of one configuration can live in different folders.
 
+`check_connectable` is what connecting needs on top (`operator_kit.client.transport.api_client`
+calls it): a current-context among the contexts, naming a cluster that has an
+``http(s)://`` server; each failure is one line naming the files.
+
 `merge` is the pure part (documents in, one kubeconfig out), for tests.
 """
 
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,6 +94,9 @@ def load(paths: str | os.PathLike[str]) -> Kubeconfig:
         except FileNotFoundError:
             missing.append(name)
             continue
+        except IsADirectoryError:
+            raise ConfigurationError(f"kubeconfig {name} cannot be read: it is a directory, "
+                                     "not a kubeconfig file") from None
         except (OSError, UnicodeDecodeError) as err:
             raise ConfigurationError(f"kubeconfig {name} cannot be read: "
                                      f"{err.strerror if isinstance(err, OSError) else err}"
@@ -127,7 +136,50 @@ def parse(name: str, text: str) -> Mapping[str, Any]:
             if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str) \
                     or not entry["name"]:
                 raise ConfigurationError(f"kubeconfig {name}: {section}[{i}] has no name")
+            body = entry.get(SECTIONS[section])
+            if body is not None and not isinstance(body, Mapping):
+                raise ConfigurationError(
+                    f"kubeconfig {name}: {section}[{i}] ({entry['name']}): its "
+                    f"{SECTIONS[section]} is not a mapping (got {type(body).__name__})")
+    current = document.get("current-context")
+    if current is not None and not isinstance(current, str):
+        raise ConfigurationError(f"kubeconfig {name}: current-context is not a context's "
+                                 f"name (got {type(current).__name__})")
     return document
+
+
+def check_connectable(loaded: Kubeconfig) -> None:
+    """`ConfigurationError` (one line naming the files) unless `loaded` says where to
+    connect: a current-context that is among its contexts, naming a cluster it defines
+    with an ``http(s)://`` server."""
+    where = f"kubeconfig {os.pathsep.join(map(str, loaded.files))}"
+    config = loaded.config
+    clusters = {str(c["name"]): c.get("cluster") or {} for c in config.get("clusters", [])}
+    fix = ("point KUBECONFIG at the cluster's kubeconfig (python -m operator_kit.localcluster "
+           "up prints one)")
+    if not clusters:
+        raise ConfigurationError(f"{where} has no clusters, so no API server to connect to; "
+                                 f"{fix}")
+    name = config.get("current-context")
+    if not name:
+        raise ConfigurationError(f"{where} sets no current-context; choose one with kubectl "
+                                 "config use-context NAME")
+    context = loaded.current_context
+    if context is None:
+        known = ", ".join(str(c["name"]) for c in config.get("contexts", [])) or "none"
+        raise ConfigurationError(f"{where}: current-context {name!r} is not one of its "
+                                 f"contexts ({known})")
+    cluster = context.get("cluster")
+    if not isinstance(cluster, str) or cluster not in clusters:
+        raise ConfigurationError(f"{where}: context {name!r} names cluster {cluster!r}, which "
+                                 f"it does not define (clusters: {', '.join(clusters)})")
+    server = clusters[cluster].get("server")
+    if not isinstance(server, str) or not _URL.fullmatch(server.strip()):
+        raise ConfigurationError(f"{where}: cluster {cluster!r} has server {server!r}, not a "
+                                 "URL; give https://HOST[:PORT]")
+
+
+_URL = re.compile(r"https?://(?:\[[0-9A-Fa-f:.]+\]|[^/?#\[\]@:\s]+)(?::\d{1,5})?(?:/\S*)?")
 
 
 def merge(documents: Sequence[tuple[str | os.PathLike[str], Mapping[str, Any]]]

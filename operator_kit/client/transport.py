@@ -84,13 +84,20 @@ def api_client(
 def _configure(loaded: kubeconfig_files.Kubeconfig, configuration: client.Configuration) -> None:
     """Set `configuration` from a loaded kubeconfig. One file is loaded by the official
     client from the file itself, so that a token its auth provider refreshes is written
-    back there; a merged list from the merged document (the paths in it absolute)."""
-    if len(loaded.files) == 1:
-        config.load_kube_config(config_file=str(loaded.files[0]),
-                                client_configuration=configuration)
-    else:
-        config.load_kube_config_from_dict(loaded.config, client_configuration=configuration,
-                                          persist_config=False)
+    back there; a merged list from the merged document (the paths in it absolute). What
+    the official client refuses is a `ConfigurationError` naming the files, in one line."""
+    kubeconfig_files.check_connectable(loaded)
+    try:
+        if len(loaded.files) == 1:
+            config.load_kube_config(config_file=str(loaded.files[0]),
+                                    client_configuration=configuration)
+        else:
+            config.load_kube_config_from_dict(loaded.config, client_configuration=configuration,
+                                              persist_config=False)
+    except (config.ConfigException, AttributeError, KeyError, TypeError, ValueError) as err:
+        files = os.pathsep.join(map(str, loaded.files))
+        reason = " ".join(str(err).split()) or type(err).__name__
+        raise ConfigurationError(f"kubeconfig {files} cannot be used: {reason}") from None
 
 
 KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, KEEPALIVE_COUNT = 30, 10, 3

@@ -1,8 +1,12 @@
-"""``python -m operator_kit.localcluster up|down|status|build [--dir D]``."""
+"""``python -m operator_kit.localcluster up|down|status|build [--dir D]``.
+
+Bad input — an unknown flag, a ``--timeout`` that is not a positive number, a bad
+``--kubernetes-version`` or ``OPERATOR_KIT_KUBERNETES_VERSION``, ``OPERATOR_KIT_BUILD_JOBS``
+or ``OPERATOR_KIT_BINARIES`` — is one line on stderr naming it, and exit code 2.
+"""
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -10,15 +14,28 @@ from operator_kit.localcluster.binaries import (
     DEFAULT_KUBERNETES_VERSION,
     VERSION_ENV,
     BinariesError,
+    build_jobs,
     find_or_build,
     resolve,
     supported_versions,
+    user_folder,
 )
 from operator_kit.localcluster.plane import LocalCluster, LocalClusterError, default_dir
+from operator_kit.settings import ArgumentParser, UsageError, number
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    """The command; returns its exit code, or raises SystemExit(2), as argparse does, after
+    printing the one line of a usage error."""
+    try:
+        return _main(argv)
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _main(argv: list[str] | None) -> int:
+    parser = ArgumentParser(
         prog="python -m operator_kit.localcluster",
         description="A local Kubernetes control plane on loopback "
         "(etcd, kube-apiserver, kube-controller-manager).",
@@ -37,8 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--timeout",
-        type=float,
-        default=180.0,
+        default="180",
         help="seconds to wait for each component (default: %(default)s)",
     )
     parser.add_argument(
@@ -48,11 +64,15 @@ def main(argv: list[str] | None = None) -> int:
         f"(default: ${VERSION_ENV}, else {DEFAULT_KUBERNETES_VERSION})",
     )
     args = parser.parse_args(argv)
+    timeout = number(args.timeout, "--timeout", above=0,
+                     what="the seconds to wait for each component")
     if args.command in ("up", "build"):
-        try:
-            resolve(args.kubernetes_version)  # a bad flag or env var: a usage error (exit 2)
+        try:  # a bad flag or variable: a usage error (exit 2), before anything starts
+            resolve(args.kubernetes_version)
+            user_folder()
+            build_jobs()
         except BinariesError as err:
-            parser.error(str(err))
+            raise UsageError(str(err)) from None
     if args.kubernetes_version:
         os.environ[VERSION_ENV] = args.kubernetes_version
     cluster = LocalCluster(args.dir)
@@ -75,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"not running ({cluster.dir})", file=sys.stderr)
             return 1
         reused = cluster.running()
-        kubeconfig = cluster.up(timeout=args.timeout)
+        kubeconfig = cluster.up(timeout=timeout)
         state = "reusing" if reused else "started"
         version = cluster.state.kubernetes_version
         print(

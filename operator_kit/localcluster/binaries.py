@@ -36,6 +36,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from operator_kit.settings import UsageError, env_int
+
 VERSION_ENV = "OPERATOR_KIT_KUBERNETES_VERSION"
 JOBS_ENV = "OPERATOR_KIT_BUILD_JOBS"
 
@@ -169,10 +171,16 @@ def from_folder(folder: Path) -> Binaries:
 
 
 def user_folder() -> Path | None:
-    """The folder ``OPERATOR_KIT_BINARIES`` (or ``KUBEBUILDER_ASSETS``) names, if any."""
+    """The folder ``OPERATOR_KIT_BINARIES`` (or ``KUBEBUILDER_ASSETS``) names, if any;
+    `BinariesError` naming the variable when it is not a folder."""
     for var in ("OPERATOR_KIT_BINARIES", "KUBEBUILDER_ASSETS"):
         folder = os.environ.get(var)
         if folder:
+            if not os.path.isdir(folder):
+                what = "not a folder" if os.path.exists(folder) else "no such folder"
+                raise BinariesError(
+                    f"{var}={folder!r}: {what}; give the folder holding etcd and "
+                    "kube-apiserver, or unset it to build them with Go")
             return Path(folder)
     return None
 
@@ -315,11 +323,12 @@ def _locked(path: Path) -> Iterator[None]:
 
 def build_jobs() -> int:
     """Go's build parallelism: OPERATOR_KIT_BUILD_JOBS, else the cores this process may use."""
-    raw = os.environ.get(JOBS_ENV)
-    if raw:
-        if not raw.isdigit() or int(raw) < 1:
-            raise BinariesError(f"{JOBS_ENV}={raw!r} must be a whole number of 1 or more")
-        return int(raw)
+    try:
+        jobs = env_int(JOBS_ENV, 0, minimum=1, what="the number of packages Go builds at once")
+    except UsageError as err:
+        raise BinariesError(str(err)) from None
+    if jobs:
+        return jobs
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not Linux

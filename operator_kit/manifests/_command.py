@@ -3,12 +3,20 @@
 ``python -m operator_kit.manifests`` (`operator_kit.manifests.__main__`, which loads the
 Operator named by MODULE:ATTR) and an Operator's own ``--manifests`` flag
 (`operator_kit.cli`) both run it.
+
+A flag value the API server (or the kubelet) would refuse is refused first, as one line
+on stderr naming the flag, with exit code 2 (`check_flags`): ``--namespace`` must be a
+DNS-1123 label, ``--certificate-secret`` a Secret name (a DNS-1123 subdomain),
+``--image`` an image reference, ``--app-version`` a label value, ``--replicas`` a whole
+number of 0 or more, ``--kustomize`` a directory (or nothing yet). So is an unknown or
+incomplete flag (`operator_kit.settings.ArgumentParser`).
 """
 
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -16,18 +24,61 @@ from typing import TYPE_CHECKING, Any
 from operator_kit.manifests._deploy import operator_manifests
 from operator_kit.manifests._kustomize import write_kustomize_base
 from operator_kit.manifests._yaml import to_yaml
+from operator_kit.settings import (
+    LABEL_VALUE_RULE,
+    ArgumentParser,
+    UsageError,
+    check_image,
+    check_name,
+    is_label_value,
+    whole_number,
+)
 from operator_kit.webhooks.certificates import ExternalCertificate
 
 if TYPE_CHECKING:
     from operator_kit.operator import Operator
 
+PROG = "python -m operator_kit.manifests"
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """`UsageError` (one line naming the flag) for a flag value Kubernetes would refuse."""
+    if args.namespace is not None:
+        check_name(args.namespace, "--namespace", what="a namespace name")
+    if args.certificate_secret is not None:
+        check_name(args.certificate_secret, "--certificate-secret", what="a Secret name",
+                   rule="subdomain")
+    if args.image is not None:
+        check_image(args.image, "--image")
+    if args.app_version is not None and not is_label_value(args.app_version):
+        raise UsageError(f"app.kubernetes.io/version {args.app_version!r} is not a valid "
+                         f"label value: give --app-version {LABEL_VALUE_RULE}")
+    if args.replicas is not None:
+        whole_number(str(args.replicas), "--replicas", minimum=0,
+                     what="the number of replicas")
+    if args.kustomize is not None and os.path.exists(args.kustomize) \
+            and not os.path.isdir(args.kustomize):
+        raise UsageError(f"--kustomize={args.kustomize!r}: not a directory; give the "
+                         "directory to write the kustomize base into")
+
 
 def run(argv: list[str] | None = None, *, operator: Operator | None = None,
-        app: str | None = None, load: Callable[[str], Operator] | None = None) -> int:
-    """The command; an Operator's own ``--manifests`` passes itself as `operator`, and
-    ``python -m operator_kit.manifests`` passes `load`, which imports ``MODULE:ATTR``."""
-    parser = argparse.ArgumentParser(
-        prog="python -m operator_kit.manifests",
+        app: str | None = None, load: Callable[[str], Operator] | None = None,
+        prog: str = PROG) -> int:
+    """The command; an Operator's own ``--manifests`` passes itself as `operator` (and
+    how it was run as `prog`), and ``python -m operator_kit.manifests`` passes `load`,
+    which imports ``MODULE:ATTR``. A bad flag is one line on stderr and exit code 2."""
+    try:
+        return _run(argv, operator=operator, app=app, load=load, prog=prog)
+    except UsageError as err:
+        print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 2
+
+
+def _run(argv: list[str] | None, *, operator: Operator | None, app: str | None,
+         load: Callable[[str], Operator] | None, prog: str) -> int:
+    parser = ArgumentParser(
+        prog=prog,
         description="Print the manifests an operator needs, for kubectl apply -f -.")
     if operator is None:
         parser.add_argument("app", metavar="MODULE:ATTR",
@@ -36,7 +87,8 @@ def run(argv: list[str] | None = None, *, operator: Operator | None = None,
     parser.add_argument("--image", help="the operator's container image "
                         "(default: <name>:latest)")
     parser.add_argument("--replicas", type=int,
-                        help="default: 2, or 3 when the operator shards")
+                        help="default: 2 with leader election, 3 when the operator "
+                        "shards, else 1 (more than 1 needs leader election)")
     parser.add_argument("--certificate-secret", metavar="NAME",
                         help="serve the kubernetes.io/tls Secret NAME (e.g. cert-manager's), "
                         "mounted; its CA is injected with cert-manager.io/inject-ca-from")
@@ -52,6 +104,7 @@ def run(argv: list[str] | None = None, *, operator: Operator | None = None,
     parser.add_argument("--kustomize", metavar="DIR", help="write a kustomize base into DIR "
                         "instead of printing one stream")
     args = parser.parse_args(argv)
+    check_flags(args)
     if operator is None:
         app = args.app
         assert load is not None, "run() needs an operator or a way to load one"

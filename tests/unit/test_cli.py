@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from operator_kit import Action, Context, Controller, CustomResource, Operator, cli
-from operator_kit.cli import Address, Settings, UsageError, parse
+from operator_kit.cli import Address, Settings, UsageError, apply_environment, parse
 from operator_kit.localcluster.plane import free_port
 
 
@@ -174,8 +174,30 @@ def test_manifests_takes_every_flag_after_it() -> None:
     ([], {"KUBECONFIG": "/no/such/kubeconfig"}, "KUBECONFIG /no/such/kubeconfig: no such file"),
     ([], {"KUBECONFIG": "/no/such/a:/no/such/b"},
      "KUBECONFIG /no/such/a:/no/such/b: none of these files exists"),
+    (["--kubeconfig", "/"], {}, "--kubeconfig /: is a directory, not a kubeconfig file; "
+     "point it at the cluster's kubeconfig"),
+    ([], {"KUBECONFIG": "/"}, "KUBECONFIG /: is a directory, not a kubeconfig file"),
+    ([], {"KUBECONFIG": "/no/such/a:/"},
+     "KUBECONFIG /no/such/a:/: none of these is a kubeconfig file (/: a directory)"),
     (["--bogus"], {}, "unrecognized arguments: --bogus; run operator --help for the flags"),
     (["--namespace"], {}, "argument --namespace: expected one argument"),
+    (["--namespace", "Bad_NS"], {}, "--namespace='Bad_NS': not a namespace name; use at most "
+     "63 lowercase letters, digits and '-', beginning and ending with a letter or digit "
+     "(a DNS-1123 label)"),
+    ([], {"OPERATOR_KIT_NAMESPACE": "Bad_NS"}, "OPERATOR_KIT_NAMESPACE='Bad_NS': not a "
+     "namespace name"),
+    (["--watch-namespace", "a" * 64], {}, "--watch-namespace='" + "a" * 64 + "': 64 "
+     "characters, more than 63"),
+    ([], {"OPERATOR_KIT_WATCH_NAMESPACE": "-apps"}, "OPERATOR_KIT_WATCH_NAMESPACE='-apps': "
+     "not a namespace name"),
+    ([], {"OPERATOR_KIT_WEBHOOK_SERVICE": "1-svc"}, "OPERATOR_KIT_WEBHOOK_SERVICE='1-svc': not "
+     "a Service name; use at most 63 lowercase letters, digits and '-', beginning with a "
+     "letter"),
+    ([], {"OPERATOR_KIT_VALIDATING_WEBHOOK_CONFIGURATION": "Checks"},
+     "OPERATOR_KIT_VALIDATING_WEBHOOK_CONFIGURATION='Checks': not a webhook configuration "
+     "name; use at most 253 lowercase letters"),
+    ([], {"OPERATOR_KIT_MUTATING_WEBHOOK_CONFIGURATION": "a..b"},
+     "OPERATOR_KIT_MUTATING_WEBHOOK_CONFIGURATION='a..b': not a webhook configuration name"),
 ])
 def test_bad_input_is_a_usage_error_naming_the_problem_and_the_fix(
         argv: list[str], environ: dict[str, str], message: str) -> None:
@@ -232,6 +254,74 @@ def test_a_kubeconfig_that_does_not_parse_exits_2_with_one_line(
                              "--health-probe-bind-address", "0"], capsys)
     assert code == 2
     assert err.count("\n") == 1 and "error:" in err
+
+
+_SERVER = {"cluster": {"server": "https://127.0.0.1:1"}}
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("garbage: [unclosed\n  - : :\n", "is not valid YAML: while parsing a flow sequence"),
+    ("\t\x01", "is not valid YAML: unacceptable character"),
+    ("- a\n- b\n", "is not a kubeconfig: a list, not a mapping"),
+    ("just a string\n", "is not a kubeconfig: a str, not a mapping"),
+    ("apiVersion: v1\nkind: Config\n", "has no clusters, so no API server to connect to"),
+    ("clusters: [{name: c, cluster: 5}]\n", "clusters[0] (c): its cluster is not a mapping "
+     "(got int)"),
+    ("clusters: {name: c}\n", "clusters is not a list"),
+    (json.dumps({"clusters": [{"name": "c", **_SERVER}]}), "sets no current-context"),
+    (json.dumps({"clusters": [{"name": "c", **_SERVER}], "current-context": 7}),
+     "current-context is not a context's name (got int)"),
+    (json.dumps({"clusters": [{"name": "c", **_SERVER}], "current-context": "x"}),
+     "current-context 'x' is not one of its contexts (none)"),
+    (json.dumps({"clusters": [{"name": "c", **_SERVER}], "current-context": "x",
+                 "contexts": [{"name": "x", "context": {"cluster": "d"}}]}),
+     "context 'x' names cluster 'd', which it does not define (clusters: c)"),
+    (json.dumps({"clusters": [{"name": "c", "cluster": {"server": "ht!tp://["}}],
+                 "current-context": "x", "contexts": [{"name": "x", "context": {"cluster": "c"}}]}),
+     "cluster 'c' has server 'ht!tp://[', not a URL; give https://HOST[:PORT]"),
+    (json.dumps({"clusters": [{"name": "c", "cluster": {
+        "server": "https://127.0.0.1:1", "certificate-authority": "/no/such/ca.crt"}}],
+                 "current-context": "x", "contexts": [{"name": "x", "context": {"cluster": "c"}}]}),
+     "cannot be used: File does not exist: /no/such/ca.crt"),
+])
+def test_each_kind_of_broken_kubeconfig_is_one_line_naming_the_file(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        text: str, says: str) -> None:
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(text)
+    monkeypatch.setenv("KUBECONFIG", str(broken))
+    code, out, err = run_main(Operator("op", [ThingController()]),
+                              ["--metrics-bind-address", "0", "--health-probe-bind-address",
+                               "0"], capsys)
+    assert (code, out) == (2, "")
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"error: kubeconfig {broken}" in err and says in err, err
+
+
+def test_a_bad_name_in_the_environment_stops_apply_environment_naming_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    operator = Operator("op", [ThingController()])
+    monkeypatch.setenv("OPERATOR_KIT_NAMESPACE", "Ops")
+    with pytest.raises(UsageError, match=r"^OPERATOR_KIT_NAMESPACE='Ops': not a namespace"):
+        apply_environment(operator)
+    # the command line's own namespace wins over it, so then it is not read
+    apply_environment(operator, Settings(namespace="ops"))
+    assert operator.namespace == "ops"
+    monkeypatch.setenv("OPERATOR_KIT_WEBHOOK_SERVICE", "Svc")
+    with pytest.raises(UsageError, match=r"^OPERATOR_KIT_WEBHOOK_SERVICE='Svc'"):
+        apply_environment(operator, Settings(namespace="ops"))
+
+
+def test_the_manifests_flags_are_checked_and_name_this_command(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    operator = Operator("op", [ThingController()])
+    code, out, err = run_main(operator, ["--manifests", "--replicas", "-3"], capsys)
+    assert (code, out) == (2, "")
+    assert err == "error: --replicas='-3': too small; give the number of replicas (at least 0)\n"
+    code, out, err = run_main(operator, ["--manifests", "--bogus"], capsys)
+    assert (code, out) == (2, "")
+    assert err == (f"error: unrecognized arguments: --bogus; run {cli._program()[0]} "
+                   "--manifests --help for the flags\n")
 
 
 def test_an_address_in_use_exits_2_naming_the_flag_and_the_fix(
@@ -348,6 +438,8 @@ def test_json_log_format_makes_every_line_one_json_object(
     (["--bogus"], "unrecognized arguments: --bogus"),
     (["--log-level", "loud"], "--log-level 'loud' is not a log level"),
     (["--kubeconfig", "/no/such/kubeconfig"], "--kubeconfig /no/such/kubeconfig: no such file"),
+    (["--kubeconfig", "/"], "--kubeconfig /: is a directory, not a kubeconfig file"),
+    (["--namespace", "Bad_NS"], "--namespace='Bad_NS': not a namespace name"),
 ])
 def test_python_dash_m_operator_with_bad_input_prints_one_line_and_exits_2(
         argv: list[str], says: str) -> None:
