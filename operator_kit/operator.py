@@ -317,6 +317,10 @@ class Operator:
             return False
         if self._tls_keeper is not None and not self._tls_keeper.ready():
             return False
+        from operator_kit.webhooks.tls import serving_problem  # the pair gunicorn serves
+
+        if serving_problem() is not None:
+            return False
         if self._membership is not None:  # a member: its Lease held, its caches synced
             return (self._membership.may_reconcile() and self._started
                     and all(runner.synced() for runner in self._runners))

@@ -70,8 +70,15 @@ class ExternalCertificate:
     CRDs with ``cert-manager.io/inject-ca-from: <namespace>/<certificate>`` (so
     cert-manager's CA injector owns their caBundle) and grant no write on the Secret
     or the caBundles. The server reloads the mounted files when the kubelet swaps them
-    (`operator_kit.tls.ServingContext`); the operator never writes the Secret or a
+    (`operator_kit.webhooks.tls.ServingContext`); the operator never writes the Secret or a
     caBundle, and is not ready while a caBundle does not trust what it serves.
+
+    A pair that cannot be served — a key that is not the certificate's, a file that
+    cannot be read or parsed, a certificate expired or not valid yet — is refused when
+    the server starts, with one ERROR line naming both files, the problem and this
+    Secret; the replica stays up and is not ready (``/readyz`` 503, ``/livez`` 200) until
+    the Secret holds a pair that loads, which is then served without a restart. A
+    renewal that does not load leaves the previous pair served, with an ERROR line.
 
     `certificate` is the cert-manager Certificate that writes the Secret (the
     annotation names it); by default it has the Secret's name.
