@@ -17,6 +17,16 @@
    during a drain (the webhooks fail closed: none serving means no writes);
 4. the Validating/MutatingWebhookConfigurations for the registered admission webhooks.
 
+An operator that registers no webhooks gets no Service, no webhook configurations and
+no certificate: its Deployment runs the operator's own command line
+(``python -m operator_kit``, which runs `Operator.main` of the Operator
+``OPERATOR_KIT_APP`` names), the probes over HTTP on :8081 and the metrics on :8080.
+
+Replicas: 2 with leader election (a follower ready to lead), 3 when the operator shards
+(every replica a member), 1 without leader election; more than one replica of an
+operator whose controllers do not elect a leader is refused (`ValueError`): every
+replica would reconcile the same objects at once.
+
 With a certificate brought along (`ExternalCertificate`: the Operator's
 ``webhook_certificate`` or the `certificate` argument), the Deployment mounts that Secret
 at ``OPERATOR_KIT_TLS_DIR`` and sets ``OPERATOR_KIT_MANAGE_TLS=0``; the webhook
@@ -37,7 +47,7 @@ from operator_kit.manifests._crd import crd, with_conversion_webhook
 from operator_kit.manifests._labels import RecommendedLabels, labelled, version_of_image
 from operator_kit.manifests._rbac import Rbac
 from operator_kit.manifests._webhooks import WebhookRule, WebhookTarget, webhook_configuration
-from operator_kit.settings import NAME_ENV
+from operator_kit.settings import ENV, METRICS_PORT, NAME_ENV, PROBE_PORT
 from operator_kit.webhooks.certificates import INJECT_CA_FROM, ExternalCertificate
 
 if TYPE_CHECKING:
@@ -47,6 +57,10 @@ if TYPE_CHECKING:
 WEBHOOK_PORT = 8443
 # What the operator's image runs after ``gunicorn`` (LocalDeployment runs the same).
 GUNICORN_ARGS = ("-c", "python:operator_kit.gunicorn_conf", "operator_kit.webhooks:app")
+# What it runs when it serves no webhooks: the operator's own command line, `Operator.main`
+# of the Operator OPERATOR_KIT_APP names (`operator_kit.__main__`; LocalDeployment runs the
+# same with its own interpreter).
+OPERATOR_COMMAND = ("python", "-m", "operator_kit")
 
 
 def kinds_of(operator: Operator) -> list[type[CustomResource]]:
@@ -72,17 +86,22 @@ def operator_manifests(operator: Operator, *, app: str, namespace: str, image: s
     ``app.kubernetes.io/*`` labels: name, instance (default: the operator's name),
     version (default: the image's tag), component, part-of (default: the operator's
     name) and managed-by. `replicas` defaults to 2 (a
-    follower ready to lead), or 3 when the operator shards (every replica a member)."""
-    if replicas is None:
-        replicas = 3 if operator.sharding is not None else 2
-    certificate = certificate or operator.webhook_certificate
+    follower ready to lead), 3 when the operator shards (every replica a member), or 1
+    without leader election; more than 1 without it is a `ValueError` when the operator
+    has controllers (every replica would reconcile the same objects).
+
+    An operator that registers no webhooks gets no Service, no webhook configurations and
+    no certificate (`certificate` is ignored): its Deployment runs its own command line
+    (`OPERATOR_COMMAND`), probes and metrics over HTTP on ports of their own."""
+    replicas = _replicas(operator, replicas)
+    registrations = operator.webhook_registrations()
+    certificate = (certificate or operator.webhook_certificate) if registrations else None
     inject = ({INJECT_CA_FROM: certificate.inject_ca_from(namespace)} if certificate
               else None)
     labels = RecommendedLabels(operator.name, instance or operator.name,
                                version if version is not None else version_of_image(image),
                                part_of)
     target = WebhookTarget(operator.webhook_service, namespace, webhook_port, ca_bundle)
-    registrations = operator.webhook_registrations()
     converters = [r for r in registrations if r.type == "convert"]
     docs: list[dict[str, Any]] = []
     if namespace_document and not _made_by_kubernetes(namespace):
@@ -100,13 +119,15 @@ def operator_manifests(operator: Operator, *, app: str, namespace: str, image: s
         docs.append(definition)
     docs += Rbac(operator.name, namespace, member_leases=operator.sharding is not None).rules(
         *operator.rules(external_certificate=certificate is not None)).documents()
-    docs.append(service(operator.webhook_service, namespace, selects=operator.name))
+    if registrations:
+        docs.append(service(operator.webhook_service, namespace, selects=operator.name))
     docs.append(deployment(operator.name, app=app, namespace=namespace, image=image,
                            replicas=replicas, names=_names_env(operator, registrations),
-                           tls_secret=certificate.secret if certificate else None))
+                           tls_secret=certificate.secret if certificate else None,
+                           webhooks=bool(registrations)))
     if replicas > 1:
         docs.append(disruption_budget(operator.name, namespace))
-    docs.append(network_policy(operator.name, namespace))
+    docs.append(network_policy(operator.name, namespace, webhooks=bool(registrations)))
     for mutating in (False, True):
         rules = [WebhookRule(r.kind, r.path) for r in registrations
                  if r.kind is not None and r.type == ("mutate" if mutating else "validate")]
@@ -117,6 +138,21 @@ def operator_manifests(operator: Operator, *, app: str, namespace: str, image: s
             if inject:
                 docs[-1]["metadata"]["annotations"] = dict(inject)
     return [labelled(doc, labels) for doc in docs]
+
+
+def _replicas(operator: Operator, replicas: int | None) -> int:
+    """How many replicas: the default for the operator, or `replicas` if it is safe."""
+    elects = operator.leader_election is not None
+    if replicas is None:
+        if operator.sharding is not None:
+            return 3
+        return 2 if elects or not operator.controllers else 1
+    if replicas > 1 and not elects and operator.controllers:
+        raise ValueError(
+            f"--replicas {replicas} without leader election: every replica would reconcile "
+            f"the same objects at once; use --replicas 1, or give Operator "
+            f"{operator.name!r} leader_election=LeaderElection()")
+    return replicas
 
 
 def _made_by_kubernetes(namespace: str) -> bool:
@@ -170,25 +206,27 @@ def service(name: str, namespace: str, *, selects: str | None = None) -> dict[st
     }
 
 
-def _probe(path: str) -> dict[str, Any]:
-    return {"httpGet": {"path": path, "port": "https", "scheme": "HTTPS"},
+def _probe(path: str, port: str = "https", scheme: str = "HTTPS") -> dict[str, Any]:
+    return {"httpGet": {"path": path, "port": port, "scheme": scheme},
             "periodSeconds": 10, "timeoutSeconds": 3, "failureThreshold": 3}
 
 
 def deployment(name: str, *, app: str, namespace: str, image: str,
                replicas: int = 2, names: Mapping[str, str] | None = None,
-               tls_secret: str | None = None) -> dict[str, Any]:
+               tls_secret: str | None = None, webhooks: bool = True) -> dict[str, Any]:
     """The operator's Deployment: gunicorn serving webhooks, probes and metrics over TLS
-    (with `tls_secret`, from that Secret mounted read-only; the operator writes none).
+    (with `tls_secret`, from that Secret mounted read-only; the operator writes none);
+    without `webhooks`, the operator's own command line (`OPERATOR_COMMAND`), probes over
+    HTTP on :8081 and metrics on :8080, no certificate.
 
     `names` are environment variables naming the objects the operator refers to."""
+    if not webhooks:
+        return _deployment(name, namespace, replicas, _operator_container(name, image, app))
     env: list[dict[str, Any]] = [
         {"name": "OPERATOR_KIT_APP", "value": app},
         {"name": "OPERATOR_KIT_BIND", "value": f"0.0.0.0:{WEBHOOK_PORT}"},
         {"name": "OPERATOR_KIT_TLS_DIR", "value": "/run/operator-kit/tls"},
-        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-        {"name": "POD_NAMESPACE",
-         "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        *_pod_env(),
     ]
     env += [{"name": variable, "value": value} for variable, value in (names or {}).items()]
     tls_volume: dict[str, Any] = {"name": "tls", "emptyDir": {"medium": "Memory",
@@ -206,17 +244,58 @@ def deployment(name: str, *, app: str, namespace: str, image: str,
         "ports": [{"name": "https", "containerPort": WEBHOOK_PORT, "protocol": "TCP"}],
         "livenessProbe": _probe("/livez"),
         "readinessProbe": _probe("/readyz"),
-        "resources": {"requests": {"cpu": "50m", "memory": "96Mi",
-                                   "ephemeral-storage": "16Mi"},
-                      "limits": {"cpu": "1", "memory": "256Mi", "ephemeral-storage": "64Mi"}},
-        "securityContext": {
-            "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]},
-        },
+        "resources": _resources(),
+        "securityContext": _container_security(),
         "volumeMounts": [{"name": "tls", "mountPath": "/run/operator-kit/tls",
                           **({"readOnly": True} if tls_secret else {})},
                          {"name": "tmp", "mountPath": "/tmp"}],
     }
+    return _deployment(name, namespace, replicas, container, scheme="https",
+                       metrics_port=WEBHOOK_PORT, tls_volume=tls_volume,
+                       group_readable=bool(tls_secret))
+
+
+def _pod_env() -> list[dict[str, Any]]:
+    return [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "POD_NAMESPACE",
+             "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}]
+
+
+def _resources() -> dict[str, Any]:
+    return {"requests": {"cpu": "50m", "memory": "96Mi", "ephemeral-storage": "16Mi"},
+            "limits": {"cpu": "1", "memory": "256Mi", "ephemeral-storage": "64Mi"}}
+
+
+def _container_security() -> dict[str, Any]:
+    return {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}}
+
+
+def _operator_container(name: str, image: str, app: str) -> dict[str, Any]:
+    """The container of an operator without webhooks: `Operator.main`, as run by hand,
+    with the probe and metrics servers on every interface of the pod."""
+    return {
+        "name": "operator",
+        "image": image,
+        "command": list(OPERATOR_COMMAND),
+        "env": [{"name": "OPERATOR_KIT_APP", "value": app},
+                {"name": ENV["health_probe_bind_address"], "value": f":{PROBE_PORT}"},
+                {"name": ENV["metrics_bind_address"], "value": f":{METRICS_PORT}"},
+                *_pod_env()],
+        "ports": [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
+                  {"name": "probes", "containerPort": PROBE_PORT, "protocol": "TCP"}],
+        "livenessProbe": _probe("/livez", "probes", "HTTP"),
+        "readinessProbe": _probe("/readyz", "probes", "HTTP"),
+        "resources": _resources(),
+        "securityContext": _container_security(),
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+    }
+
+
+def _deployment(name: str, namespace: str, replicas: int, container: dict[str, Any], *,
+                scheme: str = "http", metrics_port: int = METRICS_PORT,
+                tls_volume: dict[str, Any] | None = None,
+                group_readable: bool = False) -> dict[str, Any]:
     return {
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": name, "namespace": namespace, "labels": _labels(name)},
@@ -226,18 +305,18 @@ def deployment(name: str, *, app: str, namespace: str, image: str,
             "template": {
                 "metadata": {"labels": _labels(name),
                              "annotations": {"prometheus.io/scrape": "true",
-                                             "prometheus.io/scheme": "https",
-                                             "prometheus.io/port": str(WEBHOOK_PORT)}},
+                                             "prometheus.io/scheme": scheme,
+                                             "prometheus.io/port": str(metrics_port)}},
                 "spec": {
                     "serviceAccountName": name,
                     "securityContext": {"runAsNonRoot": True, "runAsUser": 65532,
                                         "runAsGroup": 65532,
-                                        **({"fsGroup": 65532} if tls_secret else {}),
+                                        **({"fsGroup": 65532} if group_readable else {}),
                                         "seccompProfile": {"type": "RuntimeDefault"}},
                     "terminationGracePeriodSeconds": 40,
                     **({"affinity": _spread(name)} if replicas > 1 else {}),
                     "containers": [container],
-                    "volumes": [tls_volume,
+                    "volumes": [*([tls_volume] if tls_volume else []),
                                 {"name": "tmp", "emptyDir": {"sizeLimit": "32Mi"}}],
                 },
             },
@@ -264,8 +343,9 @@ def disruption_budget(name: str, namespace: str) -> dict[str, Any]:
     }
 
 
-def network_policy(name: str, namespace: str) -> dict[str, Any]:
-    """Ingress to the pods on their TLS port only (webhook calls, probes, metrics).
+def network_policy(name: str, namespace: str, *, webhooks: bool = True) -> dict[str, Any]:
+    """Ingress to the pods on their TLS port only (webhook calls, probes, metrics); without
+    `webhooks`, on the metrics and probe ports only.
 
     Egress is left open: the operator calls the API server, whose address behind the
     ``kubernetes`` Service (after its DNAT, which is what a NetworkPolicy sees) differs
@@ -277,6 +357,7 @@ def network_policy(name: str, namespace: str) -> dict[str, Any]:
         "spec": {
             "podSelector": {"matchLabels": {"app.kubernetes.io/name": name}},
             "policyTypes": ["Ingress"],
-            "ingress": [{"ports": [{"port": "https", "protocol": "TCP"}]}],
+            "ingress": [{"ports": [{"port": port, "protocol": "TCP"} for port in
+                                   (("https",) if webhooks else ("metrics", "probes"))]}],
         },
     }

@@ -2,12 +2,20 @@
 
 `LocalDeployment` applies everything ``python -m operator_kit.manifests`` writes for an
 operator except its Deployment, and runs the replicas that Deployment would have run as
-local gunicorn processes instead — each as the operator's own ServiceAccount (a token
-from the TokenRequest API), so the generated RBAC is exactly what they may do. The
-webhook Service becomes an ExternalName pointing at ``localhost``, so the API server
-calls the generated, service-based webhook configurations on the replicas' one TLS port
-(gunicorn's ``reuse_port`` lets them share it, as pods share a Service). The replicas
-share one certificate through `WebhookCertificate.shared`, exactly as in a cluster.
+local processes instead, with the Deployment's command — each as the operator's own
+ServiceAccount (a token from the TokenRequest API), so the generated RBAC is exactly what
+they may do.
+
+An operator with webhooks runs under gunicorn. The webhook Service becomes an
+ExternalName pointing at ``localhost``, so the API server calls the generated,
+service-based webhook configurations on the replicas' one TLS port (gunicorn's
+``reuse_port`` lets them share it, as pods share a Service). The replicas share one
+certificate through `WebhookCertificate.shared`, exactly as in a cluster.
+
+An operator without webhooks runs its own command line (``python -m operator_kit``,
+`Operator.main`); each replica serves its probes and metrics over HTTP on ports of its
+own on 127.0.0.1 (`Replica.probe_port`, `Replica.metrics_port`), where a pod has 8081 and
+8080.
 
 Used by README's main command, the end-to-end run and the RBAC tests; a generated
 project's own end-to-end test can use it the same way.
@@ -32,8 +40,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from operator_kit.localcluster.plane import free_port
-from operator_kit.manifests._deploy import GUNICORN_ARGS, operator_manifests
+from operator_kit.manifests._deploy import GUNICORN_ARGS, OPERATOR_COMMAND, operator_manifests
 from operator_kit.operator import Operator
+from operator_kit.settings import ENV
 from operator_kit.testing.cluster import Namespace, TestCluster, eventually
 
 FIELD_MANAGER = "operator-kit-local-deploy"
@@ -63,11 +72,17 @@ def service_account_kubeconfig(cluster: TestCluster, namespace: str, name: str, 
 
 
 class Replica:
-    """One gunicorn process serving the operator; its output is kept for post-mortems."""
+    """One process serving the operator (a gunicorn master, or the operator's own command
+    line); its output is kept for post-mortems. `probe_port` and `metrics_port` are where
+    the operator's own command line serves ``/livez``, ``/readyz`` and ``/metrics`` over
+    HTTP (None under gunicorn, which serves them on the deployment's TLS port)."""
 
     def __init__(self, name: str, command: Sequence[str], env: dict[str, str],
-                 cwd: Path | None) -> None:
+                 cwd: Path | None, *, probe_port: int | None = None,
+                 metrics_port: int | None = None) -> None:
         self.name = name
+        self.probe_port = probe_port
+        self.metrics_port = metrics_port
         self.lines: list[str] = []
         self.process = subprocess.Popen(
             list(command), env=env, cwd=cwd, stdout=subprocess.PIPE,
@@ -83,7 +98,7 @@ class Replica:
 
     @property
     def pid(self) -> int:
-        """The process id of the replica's gunicorn master."""
+        """The process id of the replica (its gunicorn master, under gunicorn)."""
         return self.process.pid
 
     def output(self) -> str:
@@ -115,18 +130,20 @@ class LocalDeployment:
     """An operator's manifests applied to `cluster`, its replicas run as local processes."""
 
     def __init__(self, cluster: TestCluster, operator: Operator, *, app: str,
-                 namespace: str, replicas: int = 2, port: int | None = None,
+                 namespace: str, replicas: int | None = None, port: int | None = None,
                  pythonpath: Sequence[str] = (), work_dir: Path | None = None,
                  documents: Sequence[dict[str, Any]] | None = None) -> None:
-        """`documents` replaces the generated manifests (e.g. ``kubectl kustomize`` of an
-        overlay over a base generated with ``webhook_port=port``): the replicas then run
-        as its Deployment's ServiceAccount, with its environment."""
+        """`replicas` defaults to the Deployment's (as `operator_manifests` chooses: 2
+        with leader election, 3 when sharding, else 1). `port` is the replicas' shared
+        TLS port under gunicorn (default: a free one). `documents` replaces the generated
+        manifests (e.g. ``kubectl kustomize`` of an overlay over a base generated with
+        ``webhook_port=port``): the replicas then run as its Deployment's
+        ServiceAccount, with its command and environment."""
         self.cluster = cluster
         self.operator = operator
         self.app = app
         self.namespace = namespace
         self.port = port or free_port()
-        self.replica_count = replicas
         self.pythonpath = list(pythonpath)
         self.dir = work_dir or Path(tempfile.mkdtemp(prefix=f"{operator.name}-"))
         self.replicas: list[Replica] = []
@@ -134,12 +151,25 @@ class LocalDeployment:
             documents = operator_manifests(operator, app=app, namespace=namespace,
                                            image="local", replicas=replicas,
                                            webhook_port=self.port)
-        pod: dict[str, Any] = next((d["spec"]["template"]["spec"] for d in documents
-                                    if d["kind"] == "Deployment"), {})
+        spec: dict[str, Any] = next((d["spec"] for d in documents
+                                     if d["kind"] == "Deployment"), {})
+        pod: dict[str, Any] = spec.get("template", {}).get("spec", {})
+        self.replica_count: int = (replicas if replicas is not None
+                                   else spec.get("replicas", 1))
         self.service_account = pod.get("serviceAccountName", operator.name)
+        container: dict[str, Any] = next(iter(pod.get("containers", ())), {})
+        command = container.get("command") or (
+            ["gunicorn", *GUNICORN_ARGS] if operator.webhook_registrations()
+            else list(OPERATOR_COMMAND))
+        # True: gunicorn serving webhooks, probes and metrics on one TLS port; False: the
+        # operator's own command line, probes and metrics over HTTP on ports of their own.
+        self.gunicorn = command[0] == "gunicorn"
+        # The Deployment's command, run with this interpreter.
+        self.command = [sys.executable, *(("-m", "gunicorn") if self.gunicorn else ()),
+                        *command[1:]]
         # The Deployment's plain values (names it tells the operator); the local ones win.
-        self.environment = {e["name"]: e["value"] for c in pod.get("containers", ())[:1]
-                            for e in c.get("env", ()) if "value" in e}
+        self.environment = {e["name"]: e["value"] for e in container.get("env", ())
+                            if "value" in e}
         self.documents = [copy.deepcopy(doc) for doc in documents
                           if doc["kind"] != "Deployment"]
         for doc in self.documents:
@@ -196,17 +226,22 @@ class LocalDeployment:
                 POD_NAME=f"{self.operator.name}-{index}",
                 POD_NAMESPACE=self.namespace,
                 OPERATOR_KIT_APP=self.app,
-                OPERATOR_KIT_BIND=f"127.0.0.1:{self.port}",
-                OPERATOR_KIT_TLS_DIR=str(self.dir / f"tls-{index}"),
                 PYTHONPATH=os.pathsep.join(
                     [*self.pythonpath, *filter(None, [os.environ.get("PYTHONPATH")])]),
-                **extra_env,
             )
+            ports: dict[str, int] = {}
+            if self.gunicorn:
+                env.update(OPERATOR_KIT_BIND=f"127.0.0.1:{self.port}",
+                           OPERATOR_KIT_TLS_DIR=str(self.dir / f"tls-{index}"))
+            else:  # a port of its own for each, where every pod has :8081 and :8080
+                ports = {"probe_port": free_port(), "metrics_port": free_port()}
+                env[ENV["health_probe_bind_address"]] = f"127.0.0.1:{ports['probe_port']}"
+                env[ENV["metrics_bind_address"]] = f"127.0.0.1:{ports['metrics_port']}"
+            env.update(extra_env)
             env.pop("OPERATOR_KIT_TLS_CERT", None)
             env.pop("OPERATOR_KIT_TLS_KEY", None)
-            replica = Replica(
-                f"{self.operator.name}-{index}",
-                [sys.executable, "-m", "gunicorn", *GUNICORN_ARGS], env, cwd=None)
+            replica = Replica(f"{self.operator.name}-{index}", self.command, env, cwd=None,
+                              **ports)
             self.replicas.append(replica)
             started.append(replica)
         return started
@@ -225,23 +260,30 @@ class LocalDeployment:
         return Namespace(namespace, self.cluster).get("coordination.k8s.io/v1", "Lease", name)
 
     def wait_serving(self, timeout: float = 60.0) -> None:
-        """Wait until the replicas answer /livez over TLS, or fail with their logs."""
+        """Wait until the replicas answer /livez (over TLS on the shared port under
+        gunicorn, else each on its probe port), or fail with their logs."""
         import ssl
         import urllib.request
+
+        def answers(url: str) -> bool:
+            context = ssl.create_default_context()
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE  # reachability only; the API server checks TLS
+            with urllib.request.urlopen(url, context=context, timeout=3) as response:
+                return bool(response.status == 200)
 
         def serving() -> bool:
             for replica in self.replicas:
                 if not replica.alive():
                     raise AssertionError(f"{replica.name} exited:\n{replica.output()[-3000:]}")
-            context = ssl.create_default_context()
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE  # reachability only; the API server checks TLS
-            with urllib.request.urlopen(f"https://127.0.0.1:{self.port}/livez",
-                                        context=context, timeout=3) as response:
-                return bool(response.status == 200)
+            if self.gunicorn:
+                return answers(f"https://127.0.0.1:{self.port}/livez")
+            return all(answers(f"http://127.0.0.1:{replica.probe_port}/livez")
+                       for replica in self.replicas)
 
+        where = (f"on port {self.port}" if self.gunicorn else "on their probe ports")
         try:
-            eventually(timeout, serving, message=f"replicas serving on port {self.port}")
+            eventually(timeout, serving, message=f"replicas serving {where}")
         except AssertionError as err:
             raise AssertionError(f"{err}\n{self.logs()}") from None
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from backup_operator import operator
 
+from operator_kit import Action, Context, Controller, CustomResource, LeaderElection, Operator
 from operator_kit.manifests import operator_manifests, to_yaml
 from operator_kit.webhooks.certificates import ExternalCertificate
 
@@ -60,6 +62,38 @@ def test_kube_score_finds_nothing_unexplained_in_the_generated_manifests(
                               namespace="backup-system",
                               image="registry.example/backup-operator:1.0.0",
                               certificate=certificate)
+    found = findings(to_yaml(docs))
+    unexplained = [line for line in found if not any(text in line for text in EXPLAINED)]
+    assert not unexplained, "\n".join(unexplained)
+    assert any("Deployment" in line for line in found), "kube-score saw the Deployment"
+
+
+@dataclass
+class ReportSpec:
+    title: str
+
+
+class Report(CustomResource):
+    group = "reports.example.com"
+    version = "v1"
+    kind = "Report"
+    spec: ReportSpec
+
+
+class ReportController(Controller[Report]):
+    resource = Report
+
+    def reconcile(self, obj: Report, ctx: Context) -> Action:
+        return Action.await_change()
+
+
+@pytest.mark.parametrize("elects", [False, True], ids=["one-replica", "leader-election"])
+def test_kube_score_finds_nothing_unexplained_without_webhooks(elects: bool) -> None:
+    """The operator's own command line: probes and metrics over HTTP, no Service."""
+    plain = Operator("report-operator", [ReportController()],
+                     leader_election=LeaderElection() if elects else None)
+    docs = operator_manifests(plain, app="reports:operator", namespace="report-system",
+                              image="registry.example/report-operator:1.0.0")
     found = findings(to_yaml(docs))
     unexplained = [line for line in found if not any(text in line for text in EXPLAINED)]
     assert not unexplained, "\n".join(unexplained)

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import sys
+import types
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
-from operator_kit import Action, Context, Controller, CustomResource, Operator, Rule
+from operator_kit import (
+    Action,
+    Context,
+    Controller,
+    CustomResource,
+    LeaderElection,
+    Operator,
+    Rule,
+)
 from operator_kit.api.rbac import guess_plural, merge_rules
 from operator_kit.cli import apply_environment
 from operator_kit.manifests import (
@@ -155,14 +166,16 @@ class GizmoV2(CustomResource, version_of=Gizmo):
     spec: GizmoSpecV2
 
 
-def gizmo_operator(with_converter: bool) -> Operator:
-    class GizmoController(Controller[Gizmo]):
-        resource = Gizmo
+class GizmoController(Controller[Gizmo]):
+    resource = Gizmo
 
-        def reconcile(self, obj: Gizmo, ctx: Context) -> Action:
-            return Action.await_change()
+    def reconcile(self, obj: Gizmo, ctx: Context) -> Action:
+        return Action.await_change()
 
-    operator = Operator("gizmo-operator", [GizmoController()])
+
+def gizmo_operator(with_converter: bool, *, elects: bool = False) -> Operator:
+    operator = Operator("gizmo-operator", [GizmoController()],
+                        leader_election=LeaderElection() if elects else None)
     if with_converter:
         operator.webhooks.convert("/convert")(lambda obj, desired: obj)
     return operator
@@ -192,7 +205,7 @@ RECOMMENDED = ("name", "instance", "version", "component", "part-of", "managed-b
 
 
 def webhook_operator() -> Operator:
-    operator = gizmo_operator(True)
+    operator = gizmo_operator(True, elects=True)
     operator.webhooks.validate(Gizmo, "/validate")(lambda request: None)
     operator.webhooks.mutate(Gizmo, "/mutate")(lambda obj, request: obj)
     return operator
@@ -367,3 +380,200 @@ def test_cli_refuses_a_bad_version_label_in_one_line(
     err = capsys.readouterr().err
     assert err.startswith("error: app.kubernetes.io/version 'not valid' is not a valid label")
     assert err.count("\n") == 1
+
+
+# ---------------------------------------------------------------- without webhooks, replicas
+
+
+def plain_operator(*, elects: bool = False) -> Operator:
+    """Controllers and no webhook: no certificate, no Service, its own command line."""
+    return Operator("gadget-operator", [GadgetController()],
+                    leader_election=LeaderElection() if elects else None)
+
+
+class GadgetController(Controller[Gadget]):
+    resource = Gadget
+
+    def reconcile(self, obj: Gadget, ctx: Context) -> Action:
+        return Action.await_change()
+
+
+def _by_kind(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {d["kind"]: d for d in docs}
+
+
+def test_an_operator_without_webhooks_runs_its_own_command_line_over_http() -> None:
+    docs = operator_manifests(plain_operator(), app="gadgets:operator", namespace="ops",
+                              image="img:1")
+    assert [d["kind"] for d in docs] == [
+        "Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole",
+        "ClusterRoleBinding", "Deployment", "NetworkPolicy"], "no Service, no webhooks"
+    by_kind = _by_kind(docs)
+    template = by_kind["Deployment"]["spec"]["template"]
+    pod = template["spec"]
+    (container,) = pod["containers"]
+    assert container["command"] == ["python", "-m", "operator_kit"]
+    assert container["env"] == [
+        {"name": "OPERATOR_KIT_APP", "value": "gadgets:operator"},
+        {"name": "OPERATOR_KIT_HEALTH_PROBE_BIND_ADDRESS", "value": ":8081"},
+        {"name": "OPERATOR_KIT_METRICS_BIND_ADDRESS", "value": ":8080"},
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "POD_NAMESPACE",
+         "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}]
+    assert container["ports"] == [
+        {"name": "metrics", "containerPort": 8080, "protocol": "TCP"},
+        {"name": "probes", "containerPort": 8081, "protocol": "TCP"}]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "probes",
+                                                     "scheme": "HTTP"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "probes",
+                                                      "scheme": "HTTP"}
+    assert template["metadata"]["annotations"] == {
+        "prometheus.io/scrape": "true", "prometheus.io/scheme": "http",
+        "prometheus.io/port": "8080"}
+    assert container["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
+    assert pod["volumes"] == [{"name": "tmp", "emptyDir": {"sizeLimit": "32Mi"}}]
+    assert "fsGroup" not in pod["securityContext"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert by_kind["NetworkPolicy"]["spec"]["ingress"] == [{"ports": [
+        {"port": "metrics", "protocol": "TCP"}, {"port": "probes", "protocol": "TCP"}]}]
+    rules = by_kind["ClusterRole"]["rules"]
+    assert not any(r["resources"] == ["secrets"] or "webhookconfigurations" in
+                   r["resources"][0] for r in rules), "no certificate machinery"
+    assert not any("TLS" in e["name"] or e["name"] == "OPERATOR_KIT_BIND"
+                   for e in container["env"])
+
+
+def test_a_certificate_secret_is_not_mounted_by_an_operator_without_webhooks() -> None:
+    from operator_kit.webhooks.certificates import ExternalCertificate
+
+    docs = operator_manifests(plain_operator(), app="gadgets:operator", namespace="ops",
+                              image="img:1", certificate=ExternalCertificate("tls"))
+    pod = _by_kind(docs)["Deployment"]["spec"]["template"]["spec"]
+    assert [v["name"] for v in pod["volumes"]] == ["tmp"]
+    assert all("annotations" not in d["metadata"] for d in docs)
+
+
+def test_without_webhooks_the_kustomize_base_has_no_webhook_file() -> None:
+    files = kustomize_base(operator_manifests(plain_operator(elects=True), app="g:operator",
+                                              namespace="ops", image="img"))
+    assert "webhooks.yaml" not in files
+    assert [d["kind"] for d in yaml.safe_load_all(files["deployment.yaml"])] == [
+        "Deployment", "PodDisruptionBudget", "NetworkPolicy"]
+
+
+def test_the_webhook_deployment_still_runs_gunicorn_on_its_tls_port() -> None:
+    docs = operator_manifests(webhook_operator(), app="m:operator", namespace="ops",
+                              image="img")
+    by_kind = _by_kind(docs)
+    (container,) = by_kind["Deployment"]["spec"]["template"]["spec"]["containers"]
+    assert container["command"][0] == "gunicorn"
+    assert container["ports"] == [{"name": "https", "containerPort": 8443, "protocol": "TCP"}]
+    assert container["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    assert "Service" in by_kind
+
+
+def _replicas(operator: Operator, replicas: int | None = None) -> int:
+    docs = operator_manifests(operator, app="m:operator", namespace="ops", image="img",
+                              replicas=replicas)
+    kinds = [d["kind"] for d in docs]
+    count = int(_by_kind(docs)["Deployment"]["spec"]["replicas"])
+    assert ("PodDisruptionBudget" in kinds) == (count > 1)
+    return count
+
+
+def test_replicas_default_to_one_without_leader_election_and_two_with_it() -> None:
+    assert _replicas(plain_operator()) == 1
+    assert _replicas(gizmo_operator(True)) == 1, "with webhooks too"
+    assert _replicas(plain_operator(elects=True)) == 2
+    assert _replicas(plain_operator(elects=True), 5) == 5
+    assert _replicas(plain_operator(), 0) == 0
+    webhooks_only = Operator("gate")
+    webhooks_only.webhooks.validate(Gadget, "/validate")(lambda request: None)
+    assert _replicas(webhooks_only) == 2, "no controller: nothing reconciled twice"
+    assert _replicas(webhooks_only, 3) == 3
+
+
+def test_more_than_one_replica_without_leader_election_is_refused_naming_the_fix(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ValueError, match=r"--replicas 2 without leader election"):
+        operator_manifests(plain_operator(), app="m:operator", namespace="ops", image="i",
+                           replicas=2)
+    assert manifests_main(["--replicas", "3"], operator=gizmo_operator(True),
+                          app="m:operator") == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        "error: --replicas 3 without leader election: every replica would reconcile the "
+        "same objects at once; use --replicas 1, or give Operator 'gizmo-operator' "
+        "leader_election=LeaderElection()\n")
+
+
+# ---------------------------------------------------------------- python -m operator_kit
+
+
+@pytest.fixture
+def gadgets_module(monkeypatch: pytest.MonkeyPatch) -> Operator:
+    """An importable module ``gadgets_app`` whose ``operator`` is a plain operator."""
+    module = types.ModuleType("gadgets_app")
+    module.operator = plain_operator()  # type: ignore[attr-defined]
+    module.other = object()  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "gadgets_app", module)
+    monkeypatch.delenv("OPERATOR_KIT_APP", raising=False)
+    operator: Operator = module.operator  # type: ignore[attr-defined]
+    return operator
+
+
+def test_python_m_operator_kit_runs_the_named_operators_command_line(
+        gadgets_module: Operator, monkeypatch: pytest.MonkeyPatch) -> None:
+    from operator_kit.__main__ import main as kit_main
+
+    calls: list[tuple[Operator, list[str] | None]] = []
+    monkeypatch.setattr(Operator, "main",
+                        lambda self, argv=None: calls.append((self, argv)) or 0)
+    assert kit_main(["gadgets_app:operator", "--log-level", "debug"]) == 0
+    monkeypatch.setenv("OPERATOR_KIT_APP", "gadgets_app:operator")
+    assert kit_main(["--metrics-bind-address", "0"]) == 0, "named by the Deployment's env"
+    assert calls == [(gadgets_module, ["--log-level", "debug"]),
+                     (gadgets_module, ["--metrics-bind-address", "0"])]
+
+
+def test_python_m_operator_kit_refuses_what_is_no_operator_in_one_line(
+        gadgets_module: Operator, capsys: pytest.CaptureFixture[str]) -> None:
+    from operator_kit.__main__ import main as kit_main
+
+    assert kit_main([]) == 2
+    assert "set OPERATOR_KIT_APP=MODULE:ATTR" in capsys.readouterr().err
+    assert kit_main(["gadgets_app:other"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("python -m operator_kit: error: gadgets_app:other is a object, not an "
+                   "operator_kit.Operator\n")
+    assert kit_main(["gadgets_app:missing"]) == 2
+    assert "has no attribute missing" in capsys.readouterr().err
+
+
+def test_python_m_operator_kit_manifests_name_the_operator_it_was_given(
+        gadgets_module: Operator, capsys: pytest.CaptureFixture[str]) -> None:
+    from operator_kit.__main__ import main as kit_main
+
+    assert kit_main(["gadgets_app:operator", "--manifests", "--namespace", "ops"]) == 0
+    stream = {d["kind"]: d for d in yaml.safe_load_all(capsys.readouterr().out)}
+    env = stream["Deployment"]["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert env[0] == {"name": "OPERATOR_KIT_APP", "value": "gadgets_app:operator"}
+
+
+# ---------------------------------------------------------------- LocalDeployment's command
+
+
+def test_local_deployment_runs_the_deployments_command_with_this_interpreter() -> None:
+    from operator_kit.testing.deploy import LocalDeployment
+
+    cluster: Any = None  # not contacted before apply() or start()
+    plain = LocalDeployment(cluster, plain_operator(), app="gadgets:operator",
+                            namespace="ops", work_dir=Path("/nonexistent"))
+    assert (plain.gunicorn, plain.replica_count) == (False, 1)
+    assert plain.command == [sys.executable, "-m", "operator_kit"]
+    assert [d["kind"] for d in plain.documents if d["kind"] == "Service"] == []
+    served = LocalDeployment(cluster, webhook_operator(), app="m:operator", namespace="ops",
+                             work_dir=Path("/nonexistent"))
+    assert (served.gunicorn, served.replica_count) == (True, 2)
+    assert served.command[:3] == [sys.executable, "-m", "gunicorn"]
