@@ -108,8 +108,13 @@ def operator_manifests(operator: Operator, *, app: str, namespace: str, image: s
         docs.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     for kind in kinds_of(operator):
         definition = crd(kind)
-        if converters and len(kind.versions()) > 1:
-            definition = with_conversion_webhook(definition, target, converters[0].path)
+        # The converter registered for this kind (convert(path, kind=...)), else one
+        # registered for no kind in particular.
+        converter = next((c for c in converters if c.kind is not None
+                          and kind in c.kind.versions()), None) or next(
+            (c for c in converters if c.kind is None), None)
+        if converter is not None and len(kind.versions()) > 1:
+            definition = with_conversion_webhook(definition, target, converter.path)
             if inject:
                 definition["metadata"]["annotations"] = dict(inject)
         elif _served_schemas_differ(definition):

@@ -199,6 +199,24 @@ def test_versions_with_a_converter_get_the_conversion_webhook_and_no_warning(
     assert [str(w.message) for w in recwarn] == []
 
 
+def test_each_kind_gets_the_converter_registered_for_it(recwarn: pytest.WarningsRecorder) -> None:
+    operator = gizmo_operator(False)
+    operator.webhooks.convert("/convert-other", kind=Widgetish)(lambda obj, desired: obj)
+    operator.webhooks.convert("/convert-gizmo", kind=GizmoV2)(lambda obj, desired: obj)
+    docs = operator_manifests(operator, app="m:operator", namespace="ns", image="img")
+    crd = next(d for d in docs if d["kind"] == "CustomResourceDefinition")
+    webhook = crd["spec"]["conversion"]["webhook"]["clientConfig"]["service"]
+    assert webhook["path"] == "/convert-gizmo"
+    assert [str(w.message) for w in recwarn] == []
+
+
+class Widgetish(CustomResource):
+    group = "widgetish.example.com"
+    version = "v1"
+    kind = "Widgetish"
+    spec: GizmoSpec
+
+
 # ---------------------------------------------------------------- namespace, labels, kustomize
 
 RECOMMENDED = ("name", "instance", "version", "component", "part-of", "managed-by")
