@@ -108,8 +108,8 @@ def _tls_files() -> tuple[str | None, str | None]:
         if missing
         else "none of OPERATOR_KIT_TLS_CERT/OPERATOR_KIT_TLS_KEY or OPERATOR_KIT_TLS_DIR is set"
     )
-    raise RuntimeError(
-        f"operator_kit.gunicorn_conf: webhooks need TLS, and no certificate was found ({found}). "
+    raise UsageError(
+        f"webhooks need TLS, and no certificate was found ({found}). "
         "Set OPERATOR_KIT_TLS_DIR to a directory holding tls.crt and tls.key (a mounted "
         "kubernetes.io/tls Secret, or one written by WebhookCertificate.install), or "
         "OPERATOR_KIT_TLS_CERT and OPERATOR_KIT_TLS_KEY to the files. For local debugging "
@@ -248,7 +248,10 @@ control_socket_disable = True  # gunicorn >= 24: no shared ~/.gunicorn/gunicorn.
 keepalive = 120
 timeout = 30
 graceful_timeout = 20
-certfile, keyfile = _tls_files()
+try:
+    certfile, keyfile = _tls_files()
+except UsageError as _missing:
+    _fail(_missing)  # one line, exit 2: no traceback for a Deployment without its Secret
 _serving = ServingContext(certfile, keyfile, hint=_tls_hint) if certfile and keyfile else None
 if _serving is not None:
     _serving.check()  # a pair that cannot be served is refused here: one ERROR line

@@ -51,6 +51,7 @@ log = logging.getLogger("operator_kit.controller")
 # Tries of the finalizer's removal after cleanup, each after a 409 and a fresh read.
 FINALIZER_REMOVAL_ATTEMPTS = 5
 
+
 class ControllerRunner:
     """Runs one controller: its informers' handlers, its queue and its worker threads."""
 

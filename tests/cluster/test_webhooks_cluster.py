@@ -143,10 +143,9 @@ class Gunicorn:
         self.directory = directory
         self.captured = directory / "captured"
         self.captured.mkdir()
-        with pytest.MonkeyPatch.context() as mp:  # install() points *this* process's env too
-            mp.delenv("OPERATOR_KIT_TLS_CERT", raising=False)
-            mp.delenv("OPERATOR_KIT_TLS_KEY", raising=False)
-            self.files = cert.install(directory)
+        # Not pointing this process's environment at the files: they go with the module's
+        # temporary folder, and a later test's gunicorn would inherit the dead paths.
+        self.files = cert.install(directory, point_server=False)
         env = {
             **os.environ,
             "OPERATOR_KIT_APP": f"{__name__}:webhooks",

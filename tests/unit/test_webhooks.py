@@ -13,6 +13,7 @@ import io
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import ssl
@@ -1162,13 +1163,17 @@ def test_gunicorn_conf_finds_tls_files_in_a_directory_and_binds_all_addresses_in
     assert conf.bind == ["0.0.0.0:8443"]
 
 
-def test_gunicorn_conf_refuses_to_start_without_tls_files(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+def test_gunicorn_conf_refuses_to_start_without_tls_files_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with pytest.raises(RuntimeError, match=r"webhooks need TLS.*OPERATOR_KIT_TLS_DIR"):
-        load_conf(monkeypatch)
-    with pytest.raises(RuntimeError, match=r"missing: .*tls\.crt"):
-        load_conf(monkeypatch, OPERATOR_KIT_TLS_DIR=str(tmp_path))
+    for env, says in (({}, r"webhooks need TLS.*OPERATOR_KIT_TLS_DIR"),
+                      ({"OPERATOR_KIT_TLS_DIR": str(tmp_path)}, r"missing: .*tls\.crt")):
+        with pytest.raises(SystemExit) as exit:
+            load_conf(monkeypatch, **env)
+        assert exit.value.code == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("operator_kit.gunicorn_conf: error: ")
+        assert re.search(says, err), err
 
 
 def test_gunicorn_conf_serves_plain_http_only_when_asked_explicitly(
