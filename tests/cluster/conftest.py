@@ -60,6 +60,26 @@ class Recorder:
             return [t for n, t in self.calls if n == name]
 
 
+class RequestCounter:
+    """Every request the operator's reconciles send, as (method, path)."""
+
+    def __init__(self, operator: Operator) -> None:
+        self.sent: list[tuple[str, str]] = []
+        send = operator.api.request
+        lock = threading.Lock()
+
+        def spy(method: str, path: str, **options: Any) -> Any:
+            if threading.current_thread().name.startswith("reconcile-"):
+                with lock:
+                    self.sent.append((method, path))
+            return send(method, path, **options)
+
+        operator.api.request = spy  # type: ignore[method-assign]
+
+    def count(self, method: str, contains: str) -> int:
+        return sum(1 for m, p in self.sent if m == method and contains in p)
+
+
 class WidgetController(Controller[Widget]):
     """Keeps a ConfigMap per Widget holding its size, and reports what it saw in status."""
 

@@ -4,7 +4,6 @@ errors in one line, objects that no longer decode, and what patch_status means."
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +23,14 @@ from operator_kit import (
 from operator_kit.election.sharder import Sharder
 from operator_kit.testing import Namespace, TestCluster, eventually
 
-from .conftest import Recorder, Widget, WidgetStatus, create_widget, widget_path
+from .conftest import (
+    Recorder,
+    RequestCounter,
+    Widget,
+    WidgetStatus,
+    create_widget,
+    widget_path,
+)
 
 pytestmark = pytest.mark.usefixtures("widget_kind")
 
@@ -232,21 +238,6 @@ class Gadget(CustomResource):
     version = "v1"
     kind = "Gadget"
     spec: GadgetSpec
-
-
-class RequestCounter:
-    def __init__(self, operator: Operator) -> None:
-        self.sent: list[tuple[str, str]] = []
-        send = operator.api.request
-        lock = threading.Lock()
-
-        def spy(method: str, path: str, **options: Any) -> Any:
-            if threading.current_thread().name.startswith("reconcile-"):
-                with lock:
-                    self.sent.append((method, path))
-            return send(method, path, **options)
-
-        operator.api.request = spy  # type: ignore[method-assign]
 
 
 class StatusWriter(Controller[Widget]):

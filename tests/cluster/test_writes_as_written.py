@@ -5,7 +5,6 @@ reads the reconciled object's namespace unless told otherwise."""
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +23,7 @@ from operator_kit import (
 )
 from operator_kit.testing import Namespace, TestCluster, eventually
 
-from .conftest import Widget, create_widget, widget_path
+from .conftest import RequestCounter, Widget, create_widget, widget_path
 
 pytestmark = pytest.mark.usefixtures("widget_kind")
 
@@ -48,30 +47,10 @@ class Gauge(CustomResource):
     status: GaugeStatus
 
 
-class Spy:
-    """Every request the operator's reconciles send, as (method, path)."""
-
-    def __init__(self, operator: Operator) -> None:
-        self.sent: list[tuple[str, str]] = []
-        send = operator.api.request
-        lock = threading.Lock()
-
-        def spy(method: str, path: str, **options: Any) -> Any:
-            if threading.current_thread().name.startswith("reconcile-"):
-                with lock:
-                    self.sent.append((method, path))
-            return send(method, path, **options)
-
-        operator.api.request = spy  # type: ignore[method-assign]
-
-    def count(self, method: str, contains: str) -> int:
-        return sum(1 for m, p in self.sent if m == method and contains in p)
-
-
-def start(cluster: TestCluster, *controllers: Controller[Any]) -> tuple[Operator, Spy]:
+def start(cluster: TestCluster, *controllers: Controller[Any]) -> tuple[Operator, RequestCounter]:
     operator = Operator("writes-test", list(controllers))
     operator.use(cluster.client)
-    spy = Spy(operator)
+    spy = RequestCounter(operator)
     operator.start()
     assert operator.wait_synced(30)
     return operator, spy
