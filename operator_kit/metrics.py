@@ -246,6 +246,55 @@ CACHE_OBJECTS = Gauge(
     ["resource"],
 )
 
+class WatchHealth(Protocol):
+    """What a watch tells the gauges below when they are scraped."""
+
+    metric_resource: str
+
+    def failing_for(self) -> float | None:
+        """Seconds its list or watch has been failing (0.0 when healthy), or None when it
+        does not run (not started, or stopped)."""
+
+
+class _WatchGauges(Collector):
+    """``operator_kit_watch_failing{resource}`` (1 while a watch of the resource cannot
+    list or watch) and ``operator_kit_watch_failing_seconds{resource}`` (for how long:
+    the longest of its watches), read from the live informers at scrape time."""
+
+    def __init__(self) -> None:
+        self._watches: weakref.WeakSet[WatchHealth] = weakref.WeakSet()
+        self._lock = threading.Lock()
+
+    def track(self, watch: WatchHealth) -> None:
+        with self._lock:
+            self._watches.add(watch)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        failing = GaugeMetricFamily(
+            "operator_kit_watch_failing", "1 while a watch of the resource fails to list "
+            "or watch (its changes are missed until it works again), else 0.",
+            labels=["resource"])
+        seconds = GaugeMetricFamily(
+            "operator_kit_watch_failing_seconds", "Seconds the longest-failing watch of the "
+            "resource has failed to list or watch (0 when all work).", labels=["resource"])
+        longest: dict[str, float] = {}
+        with self._lock:
+            watches = list(self._watches)
+        for watch in watches:
+            failing_for = watch.failing_for()
+            if failing_for is not None:
+                name = watch.metric_resource
+                longest[name] = max(longest.get(name, 0.0), failing_for)
+        for name, value in sorted(longest.items()):
+            failing.add_metric([name], 1.0 if value > 0 else 0.0)
+            seconds.add_metric([name], value)
+        yield failing
+        yield seconds
+
+
+WATCH_GAUGES = _WatchGauges()
+REGISTRY.register(WATCH_GAUGES)
+
 # -- leader election -------------------------------------------------------------------
 LEADER = Gauge(
     "operator_kit_leader",

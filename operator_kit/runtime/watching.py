@@ -14,7 +14,10 @@ An `Informer` runs one thread per watched kind (and namespace and selectors):
    A stream that passes nothing — not even a bookmark — for ``stall_timeout`` seconds is
    treated as dead (a half-open connection, a proxy that stopped forwarding) and
    reopened. A 403 or 404 is logged naming the verb and resource — missing RBAC or a
-   missing CRD — and retried; the watch never silently stops.
+   missing CRD — and retried; the watch never silently stops. While a list or watch
+   fails, ``operator_kit_watch_failing{resource}`` is 1 (and
+   ``..._failing_seconds`` says for how long), and each retry's line says that changes
+   to the kind are not seen until it works again; a line says when it does.
 
 Handlers run on the watch thread and must be quick (they enqueue keys). The cache is a
 `operator_kit.runtime.cache.Store`: objects by key and by index, without
@@ -121,6 +124,11 @@ class Informer:
         # bookmark's), and a condition to wait on it: see `has_seen`.
         self._seen_version = 0
         self._seen = threading.Condition()
+        # When its list or watch began to fail (monotonic), None while it works: the
+        # watch-failing gauges and the log lines that say changes are being missed.
+        self._failing_since: float | None = None
+        self.metric_resource = str(resource)
+        metrics.WATCH_GAUGES.track(self)
 
     # -- reading the cache ---------------------------------------------------------------
 
@@ -202,6 +210,28 @@ class Informer:
         if self._thread is not None:
             self._thread.join(timeout)
 
+    def failing_for(self) -> float | None:
+        """Seconds its list or watch has been failing, 0.0 while it works, None when its
+        thread does not run (`operator_kit.metrics.WatchHealth`)."""
+        if not self.alive():
+            return None
+        since = self._failing_since
+        return 0.0 if since is None else max(time.monotonic() - since, 1e-3)
+
+    def _failed(self) -> str:
+        """Note a failure; what the log line says about the changes being missed."""
+        now = time.monotonic()
+        if self._failing_since is None:
+            self._failing_since = now
+        return (f"changes to {self.resource} are not seen until it works again "
+                f"(failing for {now - self._failing_since:.0f}s)")
+
+    def _worked(self, what: str) -> None:
+        since, self._failing_since = self._failing_since, None
+        if since is not None:
+            log.warning("%s %s works again after failing for %.1fs; what changed meanwhile "
+                        "is caught up on", what, self.description, time.monotonic() - since)
+
     def _run(self) -> None:
         attempt = 0
         resource_version: str | None = None
@@ -226,7 +256,7 @@ class Informer:
                     continue
                 attempt += 1
                 delay = _retry_after(err) or self.backoff.delay(attempt)
-                self._log_api_error(err, delay)
+                self._log_api_error(err, delay, self._failed())
                 metrics.WATCH_RESTARTS.labels(str(self.resource), "error").inc()
                 self._stop.wait(delay)
             except Exception as err:  # noqa: BLE001 - any transport failure: back off, resume
@@ -236,8 +266,8 @@ class Informer:
                 delay = self.backoff.delay(attempt)
                 reason = "stalled" if isinstance(err, _Stalled) else "error"
                 metrics.WATCH_RESTARTS.labels(str(self.resource), reason).inc()
-                log.warning("watch on %s broke (%s: %s); resuming in %.1fs",
-                            self.description, type(err).__name__, err, delay)
+                log.warning("watch on %s broke (%s: %s); resuming in %.1fs; %s",
+                            self.description, type(err).__name__, err, delay, self._failed())
                 self._stop.wait(delay)
             finally:
                 self._response = None
@@ -270,6 +300,7 @@ class Informer:
             if not token:
                 version = str(page["metadata"]["resourceVersion"])
                 break
+        self._worked("list of")
         with self._lock:
             old = self.store.replace(items)
             self._gauge.set(len(items))
@@ -297,6 +328,7 @@ class Informer:
             accept=_METADATA if self.metadata_only else None,
         )
         self._response = response
+        self._worked("watch on")
         if self._stop.is_set():  # stopped while connecting: interrupt() may have missed it
             _abort(response)
         try:
@@ -349,20 +381,21 @@ class Informer:
             except Exception:  # a handler bug must not kill the watch
                 log.exception("handler for %s failed on %s", self.description, event.type)
 
-    def _log_api_error(self, err: ApiException, delay: float) -> None:
+    def _log_api_error(self, err: ApiException, delay: float, missed: str) -> None:
         where = f"namespace {self.namespace}" if self.namespace else "all namespaces"
         if err.status == 403:
             log.error(
                 "forbidden: cannot list/watch %s in %s (403). Grant the operator's "
                 "ServiceAccount the verbs list and watch on %s (see Operator.rules()). "
-                "Retrying in %.1fs.", self.resource, where, self.resource, delay)
+                "Retrying in %.1fs; %s.", self.resource, where, self.resource, delay, missed)
         elif err.status == 404:
             log.error(
                 "not found: the API server does not serve %s (404): is its "
-                "CustomResourceDefinition installed? Retrying in %.1fs.", self.resource, delay)
+                "CustomResourceDefinition installed? Retrying in %.1fs; %s.", self.resource,
+                delay, missed)
         else:
-            log.warning("list/watch %s in %s failed: %s %s; retrying in %.1fs",
-                        self.resource, where, err.status, err.reason, delay)
+            log.warning("list/watch %s in %s failed: %s %s; retrying in %.1fs; %s",
+                        self.resource, where, err.status, err.reason, delay, missed)
 
 
 def _call(handler: Handler, event: WatchEvent, description: str) -> None:

@@ -160,6 +160,73 @@ def test_missing_rbac_on_the_watch_is_logged_and_retried(
         operator.stop(timeout=10)
 
 
+def _role(namespace: str, resources: list[str]) -> dict[str, Any]:
+    return {"metadata": {"name": "operator", "namespace": namespace}, "rules": [
+        {"apiGroups": ["*"], "resources": resources, "verbs": ["*"]}]}
+
+
+def test_a_watch_that_fails_after_the_start_is_reported_as_missing_changes_and_catches_up(
+        namespace: Namespace, cluster: TestCluster, caplog: pytest.LogCaptureFixture,
+        tmp_path: Path) -> None:
+    """RBAC taken away from a watched kind while the operator runs (seen when its watch
+    reconnects, as after an API server restart): ``operator_kit_watch_failing`` says so,
+    with the seconds it has lasted, and the log says changes are being missed; once the
+    RBAC is back, the watch works again and what changed meanwhile is reconciled."""
+    from kubernetes import client
+
+    core, rbac = client.CoreV1Api(cluster.client), client.RbacAuthorizationV1Api(cluster.client)
+    core.create_namespaced_service_account(namespace.name, {"metadata": {"name": "op"}})
+    everything = ["widgets", "widgets/status", "configmaps", "events"]
+    rbac.create_namespaced_role(namespace.name, _role(namespace.name, everything))
+    rbac.create_namespaced_role_binding(namespace.name, {
+        "metadata": {"name": "operator"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "operator"},
+        "subjects": [{"kind": "ServiceAccount", "name": "op", "namespace": namespace.name}]})
+    kubeconfig = service_account_kubeconfig(cluster, namespace.name, "op", tmp_path / "op")
+    recorder = Recorder()
+    operator = Operator("test-operator", [WidgetController(namespace.name, recorder)])
+    operator.use(api_client(kubeconfig))
+    caplog.set_level("INFO", logger="operator_kit.watching")
+    create_widget(namespace, "before", size=1)
+    operator.start()
+    try:
+        assert operator.wait_synced(30)
+        eventually(20, lambda: recorder.count("before") >= 1)
+        widgets = next(i for i in operator.informers.values() if i.resource.plural == "widgets")
+
+        def gauge(name: str) -> float | None:
+            return REGISTRY.get_sample_value(name, {"resource": widgets.metric_resource})
+
+        assert gauge("operator_kit_watch_failing") == 0.0
+        assert gauge("operator_kit_watch_failing_seconds") == 0.0
+        rbac.replace_namespaced_role("operator", namespace.name,
+                                     _role(namespace.name, ["configmaps", "events"]))
+        widgets.interrupt()  # the connection drops; the new watch is refused (403)
+        eventually(20, lambda: gauge("operator_kit_watch_failing") == 1.0)
+        create_widget(namespace, "meanwhile", size=2)
+        time.sleep(1.5)
+        failing_for = gauge("operator_kit_watch_failing_seconds")
+        assert failing_for is not None and failing_for >= 1.0, failing_for
+        missed = [r.getMessage() for r in caplog.records
+                  if f"changes to {widgets.resource} are not seen until it works again"
+                  in r.getMessage()]
+        assert any("forbidden" in line for line in missed), missed
+        assert recorder.count("meanwhile") == 0, "the watch could not see it"
+        assert operator.ready(), "readiness stays as it was (docs/reliability.md says why)"
+
+        rbac.replace_namespaced_role("operator", namespace.name,
+                                     _role(namespace.name, everything))
+        eventually(40, lambda: recorder.count("meanwhile") >= 1)
+        assert gauge("operator_kit_watch_failing") == 0.0
+        assert gauge("operator_kit_watch_failing_seconds") == 0.0
+        assert any("works again after failing for" in r.getMessage()
+                   and widgets.description in r.getMessage() for r in caplog.records)
+        print(f"\nwatch failing: reported {failing_for:.1f}s into the failure; "
+              f"{len(missed)} lines said changes were missed")
+    finally:
+        operator.stop(timeout=10)
+
+
 SLOW_OPERATOR = """
 import logging, sys, time
 logging.basicConfig(level=logging.DEBUG, format="%(relativeCreated)d %(threadName)s %(message)s")

@@ -193,6 +193,37 @@ def test_webhook_requests_are_counted_by_status_code_timed_and_in_flight() -> No
                   webhook="/metrics-validate") == 2
 
 
+class FailingWatch:
+    """A watch as the gauges see it (`metrics.WatchHealth`): failing for 12.5 s."""
+
+    metric_resource = "widgets.example.com"
+
+    def __init__(self, failing_for: float | None = 12.5) -> None:
+        self.seconds = failing_for
+
+    def failing_for(self) -> float | None:
+        return self.seconds
+
+
+def test_watch_gauges_say_which_resource_fails_and_for_how_long() -> None:
+    """Per resource, the longest-failing watch; a watch that does not run is not there."""
+    watches = [FailingWatch(0.0), FailingWatch(3.0), FailingWatch(None)]
+    healthy = FailingWatch(0.0)
+    healthy.metric_resource = "gadgets.example.com"
+    for watch in [*watches, healthy]:
+        metrics.WATCH_GAUGES.track(watch)
+
+    def sample(name: str, resource: str) -> float | None:
+        return REGISTRY.get_sample_value(name, {"resource": resource})
+
+    assert sample("operator_kit_watch_failing", "widgets.example.com") == 1.0
+    assert sample("operator_kit_watch_failing_seconds", "widgets.example.com") == 3.0
+    assert sample("operator_kit_watch_failing", "gadgets.example.com") == 0.0
+    assert sample("operator_kit_watch_failing_seconds", "gadgets.example.com") == 0.0
+    watches[1].seconds = None  # stopped
+    assert sample("operator_kit_watch_failing", "widgets.example.com") == 0.0
+
+
 def promtool() -> str | None:
     found = os.environ.get("PROMTOOL") or shutil.which("promtool")
     default = Path.home() / "go" / "bin" / "promtool"
@@ -206,6 +237,8 @@ def test_promtool_finds_nothing_to_lint_in_the_metrics() -> None:
                     "github.com/prometheus/prometheus/cmd/promtool@v0.316.0 (.ci/run does)")
     queue: WorkQueue[str] = WorkQueue("promtool-test")  # a sample of each gauge
     queue.add("a")
+    watch = FailingWatch()
+    metrics.WATCH_GAUGES.track(watch)
     result = subprocess.run([tool, "check", "metrics"], input=generate_latest(REGISTRY),
                             capture_output=True, timeout=60, check=False)
     problems = result.stdout.decode() + result.stderr.decode()
