@@ -134,11 +134,19 @@ def _prepare_tls() -> None:
     spec = os.environ.get(APP_ENV)
     if not (directory and spec and _managed()):
         return
-    from operator_kit.webhooks.loader import import_target
+    from kubernetes.config.config_exception import ConfigException
 
-    prepare = getattr(import_target(spec), "prepare_webhook_tls", None)
-    if callable(prepare):  # an Operator: does nothing when it has no webhooks
-        prepare(directory)
+    from operator_kit.client import ConfigurationError
+    from operator_kit.webhooks.loader import AppNotFound, import_target
+
+    try:
+        prepare = getattr(import_target(spec), "prepare_webhook_tls", None)
+        if callable(prepare):  # an Operator: does nothing when it has no webhooks
+            prepare(directory)
+    except (AppNotFound, ConfigurationError) as err:  # no app, or a kubeconfig refused
+        _fail(UsageError(str(err)))
+    except ConfigException as err:  # the official client's own refusals
+        _fail(UsageError(f"kubeconfig: {err}"))
 
 
 def _tls_hint() -> str:

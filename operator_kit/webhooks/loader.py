@@ -17,9 +17,13 @@ from typing import Any
 
 import flask
 
-__all__ = ["APP_ENV", "import_target", "load_app", "loaded_target"]
+__all__ = ["APP_ENV", "AppNotFound", "import_target", "load_app", "loaded_target"]
 
 APP_ENV = "OPERATOR_KIT_APP"
+
+
+class AppNotFound(RuntimeError):
+    """``OPERATOR_KIT_APP`` (or the name given) does not name an importable app."""
 
 
 @dataclass(frozen=True)
@@ -68,17 +72,17 @@ def import_target(spec: str, *, named_by: str = APP_ENV) -> Any:
     """Import the object named by `spec` (``MODULE:ATTR``); errors name `named_by`."""
     example = f"{APP_ENV}=backup_operator:operator"
     if not spec:
-        raise RuntimeError(
+        raise AppNotFound(
             f"{APP_ENV} is not set: set it to MODULE:ATTR naming the Operator (or Webhooks "
             f"app) to serve, for example {example}"
         )
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise RuntimeError(f"{named_by}={spec!r} must be MODULE:ATTR, for example {example}")
+        raise AppNotFound(f"{named_by}={spec!r} must be MODULE:ATTR, for example {example}")
     try:
         module = importlib.import_module(module_name)
     except ImportError as err:
-        raise RuntimeError(
+        raise AppNotFound(
             f"{named_by}={spec}: cannot import {module_name} ({err}); install it or put its "
             "directory on PYTHONPATH (gunicorn --pythonpath DIR)"
         ) from err
@@ -87,7 +91,7 @@ def import_target(spec: str, *, named_by: str = APP_ENV) -> Any:
         try:
             target = getattr(target, part)
         except AttributeError:
-            raise RuntimeError(
+            raise AppNotFound(
                 f"{named_by}={spec}: module {module_name} has no attribute {attr}; set "
                 f"{APP_ENV} to MODULE:ATTR naming the Operator or Webhooks app"
             ) from None
@@ -101,7 +105,7 @@ def _flask_app_of(spec: str, target: Any) -> flask.Flask:
         candidate = getattr(target, attr, None)
         if isinstance(candidate, flask.Flask):
             return candidate
-    raise RuntimeError(
+    raise AppNotFound(
         f"{APP_ENV}={spec} names a {type(target).__name__}, which is neither an Operator "
         "nor a Webhooks app; point it at one of those"
     )

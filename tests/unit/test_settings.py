@@ -321,6 +321,29 @@ def test_gunicorn_with_a_bad_variable_ends_with_one_line_and_exit_code_2(config:
     assert "OPERATOR_KIT_MANAGE_TLS='maybe': neither yes nor no" in result.stderr
 
 
+@pytest.mark.parametrize(("kubeconfig", "app", "says"), [
+    ("garbage: [\n", "backup_operator:operator", "kubeconfig {path} is not valid YAML"),
+    (None, "backup_operator:operator", "kubeconfig {path} cannot be read: it is a directory"),
+    ("", "no_such_module:operator", "OPERATOR_KIT_APP=no_such_module:operator: cannot import"),
+], ids=["garbage kubeconfig", "kubeconfig is a directory", "app not importable"])
+def test_gunicorn_that_cannot_prepare_its_certificate_ends_with_one_line_and_exit_code_2(
+        tmp_path: Path, kubeconfig: str | None, app: str, says: str) -> None:
+    """The master prepares the certificate of the Operator it serves, which needs the app
+    and a cluster: a bad kubeconfig or app is one line, not gunicorn's traceback."""
+    path = tmp_path / "kubeconfig"
+    if kubeconfig is None:
+        path.mkdir()
+    else:
+        path.write_text(kubeconfig)
+    (tmp_path / "tls").mkdir()
+    result = gunicorn("python:operator_kit.gunicorn_conf", OPERATOR_KIT_APP=app,
+                      OPERATOR_KIT_TLS_DIR=str(tmp_path / "tls"), KUBECONFIG=str(path))
+    assert (result.returncode, result.stdout) == (2, ""), result.stderr
+    assert result.stderr.startswith(
+        "operator_kit.gunicorn_conf: error: " + says.format(path=path)), result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+
+
 # -- the docs list every variable ------------------------------------------------------
 
 _PREFIXED = re.compile(r"\bOPERATOR_KIT_[A-Z0-9_]*[A-Z0-9]\b")
