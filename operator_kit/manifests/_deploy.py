@@ -15,7 +15,11 @@
    requests and limits; with more than one replica, a preferred anti-affinity that
    spreads the pods over nodes and a PodDisruptionBudget that keeps one serving
    during a drain (the webhooks fail closed: none serving means no writes);
-4. the Validating/MutatingWebhookConfigurations for the registered admission webhooks.
+4. the Validating/MutatingWebhookConfigurations for the registered admission webhooks;
+5. the admission policies that guard the installation (`_guard`): its ServiceAccount may
+   change only caBundles, a second installation cannot re-point the cluster-scoped
+   documents (each carries ``operator-kit.io/installation: <namespace>``), and only the
+   operator moves shard labels.
 
 An operator that registers no webhooks gets no Service, no webhook configurations and
 no certificate: its Deployment runs the operator's own command line
@@ -44,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from operator_kit.api.resources import CustomResource
 from operator_kit.manifests._crd import crd, with_conversion_webhook
+from operator_kit.manifests._guard import INSTALLATION_LABEL, guard_policies
 from operator_kit.manifests._labels import RecommendedLabels, labelled, version_of_image
 from operator_kit.manifests._rbac import Rbac
 from operator_kit.manifests._webhooks import WebhookRule, WebhookTarget, webhook_configuration
@@ -142,7 +147,36 @@ def operator_manifests(operator: Operator, *, app: str, namespace: str, image: s
             docs.append(webhook_configuration(name, mutating, target, rules))
             if inject:
                 docs[-1]["metadata"]["annotations"] = dict(inject)
+    docs += _guard(operator, docs, namespace, app, keeps_ca_bundles=certificate is None)
+    for doc in docs:  # cluster-scoped: say which installation they belong to
+        if "namespace" not in doc["metadata"] and doc["kind"] != "Namespace":
+            doc["metadata"].setdefault("labels", {})[INSTALLATION_LABEL] = namespace
     return [labelled(doc, labels) for doc in docs]
+
+
+def _guard(operator: Operator, docs: Sequence[dict[str, Any]], namespace: str, app: str, *,
+           keeps_ca_bundles: bool) -> list[dict[str, Any]]:
+    """The admission policies that guard these documents (`_guard`)."""
+    def named(kind: str) -> list[str]:
+        return [d["metadata"]["name"] for d in docs if d["kind"] == kind]
+    crds = [d for d in docs if d["kind"] == "CustomResourceDefinition"]
+    shard: list[str] = []
+    sharded: list[tuple[str, str]] = []
+    if operator.sharding is not None:
+        shard = [operator.sharding.label_key(operator.name),
+                 operator.sharding.drain_label_key(operator.name)]
+        for controller in operator.controllers:
+            if operator.sharding.shards(controller.name):
+                sharded.append((controller.resource.group, controller.resource.plural))
+                sharded += [(k.group, k.resource_name) for k in controller.owned_kinds()]
+    return guard_policies(
+        operator.name, namespace, app, account=operator.name,
+        validating=named("ValidatingWebhookConfiguration"),
+        mutating=named("MutatingWebhookConfiguration"),
+        crds=[d["metadata"]["name"] for d in crds],
+        ca_bundle_crds=[d["metadata"]["name"] for d in crds
+                        if (d["spec"].get("conversion") or {}).get("webhook")],
+        keeps_ca_bundles=keeps_ca_bundles, shard=shard, sharded=sharded)
 
 
 def _replicas(operator: Operator, replicas: int | None) -> int:

@@ -27,6 +27,7 @@ _COMPONENTS = {
     "Role": "rbac", "RoleBinding": "rbac",
     "Service": "operator", "Deployment": "operator", "PodDisruptionBudget": "operator",
     "ValidatingWebhookConfiguration": "webhook", "MutatingWebhookConfiguration": "webhook",
+    "ValidatingAdmissionPolicy": "rbac", "ValidatingAdmissionPolicyBinding": "rbac",
 }
 
 

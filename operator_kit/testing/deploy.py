@@ -193,16 +193,55 @@ class LocalDeployment:
         """Remove the cluster-scoped documents (the namespace goes with its own deletion).
 
         Those include the CRDs: deleting one deletes every object of its kind, in every
-        namespace of the cluster."""
-        for doc in reversed(self.documents):
-            if doc["metadata"].get("namespace") or doc["kind"] == "Namespace":
-                continue
+        namespace of the cluster. The guard policies go first, and only once the API
+        server's admission no longer enforces them (`_wait_unguarded`) does the rest
+        follow: a deleted policy is forgotten a moment later, not at once, and an
+        installation in another namespace right after would otherwise be refused."""
+        self.unguard()
+        self._delete([d for d in reversed(self.documents)
+                      if not d["metadata"].get("namespace") and d["kind"] != "Namespace"])
+
+    def unguard(self) -> None:
+        """Delete the installation's admission policies (as an administrator may) and
+        wait until the API server no longer enforces them."""
+        policies = [d for d in reversed(self.documents)
+                    if d["kind"].startswith("ValidatingAdmissionPolicy")]
+        self._delete(policies)
+        if policies:
+            self._wait_unguarded()
+
+    def _delete(self, docs: Sequence[dict[str, Any]]) -> None:
+        for doc in docs:
             resource = self.cluster.api.resource_for(doc["apiVersion"], doc["kind"])
             try:
                 self.cluster.api.request("DELETE", resource.path(None, doc["metadata"]["name"]))
             except ApiException as err:
                 if err.status != 404:
                     raise
+
+    def _wait_unguarded(self, timeout: float = 30.0) -> None:
+        """Until a dry-run that re-points the ClusterRoleBinding at another namespace is
+        admitted: the installation policy (`operator_kit.manifests._guard`) is gone."""
+        path = f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{self.operator.name}"
+
+        def admitted() -> bool:
+            try:
+                binding = self.cluster.api.get(path)
+            except ApiException as err:
+                if err.status == 404:
+                    return True
+                raise
+            for subject in binding.get("subjects") or []:
+                subject["namespace"] = "operator-kit-unguarded-probe"
+            try:
+                self.cluster.api.request("PUT", path, body=binding, query={"dryRun": "All"})
+            except ApiException as err:
+                if err.status == 403:
+                    return False
+                raise
+            return True
+
+        eventually(timeout, admitted, message="the deleted guard policies forgotten")
 
     # -- replicas --------------------------------------------------------------------------
 

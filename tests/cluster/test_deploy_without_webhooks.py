@@ -113,7 +113,8 @@ def test_an_operator_without_webhooks_deploys_reconciles_and_serves_probes_and_m
                                  namespace=namespace.name, pythonpath=[str(REPO)])
     kinds = [d["kind"] for d in deployment.documents]
     assert kinds == ["Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole",
-                     "ClusterRoleBinding", "NetworkPolicy"], "no Service, webhooks, Lease Role"
+                     "ClusterRoleBinding", "NetworkPolicy", "ValidatingAdmissionPolicy",
+                     "ValidatingAdmissionPolicyBinding"], "no Service, webhooks, Lease Role"
     assert deployment.replica_count == 1, "one replica without leader election"
     assert not deployment.gunicorn
     deployment.apply()

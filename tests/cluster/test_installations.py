@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from backup_operator import operator
+from kubernetes.client.exceptions import ApiException
 
 from operator_kit import _pki
 from operator_kit.localcluster import find_or_build
@@ -122,13 +123,31 @@ def test_a_second_installation_is_refused_clearly_and_the_first_keeps_working(
             assert f"--namespace {team_a} | kubectl delete -f -" in line
         assert manifests_check(cluster, team_a).returncode == 0  # re-applying team-a is fine
 
-        # 2. A team-b replica started anyway, with a credential that could patch
-        #    everything: not ready, an Event, no controller, and no caBundle touched.
+        # 2. team-b's whole stream applied anyway (no --check): team-a's installation
+        #    policy refuses every cluster-scoped document that would move, one by one.
         second = LocalDeployment(cluster, operator, app=APP, namespace=team_b.name,
                                  replicas=1, pythonpath=[SAMPLE_DIR], work_dir=tmp_path)
+        refusals = {}
         for doc in second.documents:
-            if doc["metadata"].get("namespace"):
+            try:
                 cluster.api.apply(doc, field_manager="test")
+            except ApiException as err:
+                assert err.status == 403, err
+                refusals[f"{doc['kind']} {doc['metadata']['name']}"] = str(err)
+        assert set(refusals) == {
+            "CustomResourceDefinition backups.example.com", "ClusterRole backup-operator",
+            "ClusterRoleBinding backup-operator",
+            "ValidatingWebhookConfiguration backup-operator",
+            "MutatingWebhookConfiguration backup-operator"}, refusals
+        for what, refusal in refusals.items():
+            assert (f"{what} belongs to the installation of backup-operator in namespace "
+                    f"{team_a}") in refusal
+            assert f"--namespace {team_b.name} --check" in refusal
+        assert ca_bundles(cluster) == bundles
+        assert [cluster.api.get(p)["metadata"]["resourceVersion"] for p in TARGETS] == versions
+
+        #    A team-b replica started anyway, with a credential that could patch
+        #    everything: not ready, an Event, no controller, and no caBundle touched.
         env = dict(os.environ, KUBECONFIG=cluster.kubeconfig, POD_NAME="backup-operator-b0",
                    POD_NAMESPACE=team_b.name, OPERATOR_KIT_APP=APP,
                    OPERATOR_KIT_BIND=f"127.0.0.1:{second.port}",
@@ -167,6 +186,11 @@ def test_a_second_installation_is_refused_clearly_and_the_first_keeps_working(
               "changed; team-a still admits writes")
     finally:
         team_b.delete()
+        for kind in ("validatingadmissionpolicybindings", "validatingadmissionpolicies"):
+            path = f"/apis/admissionregistration.k8s.io/v1/{kind}"
+            for item in cluster.api.get(path)["items"]:  # team-b's own guard, admitted
+                if item["metadata"]["name"].endswith(f"-{team_b.name}"):
+                    cluster.api.request("DELETE", f"{path}/{item['metadata']['name']}")
 
 
 # ---------------------------------------------------------------------- bring your own
@@ -287,6 +311,9 @@ def test_a_running_replica_whose_configuration_another_installation_took_over_st
             recorder=EventRecorder(cluster.api, "backup-operator"))
         keeper.sync()
         assert keeper.ready() and keeper.foreign is None
+        # A cluster without the installation's guard (an administrator deleted it, or the
+        # manifests predate it): the keeper is the second line.
+        deployed.unguard()
         path = TARGETS[0]
         taken = cluster.api.get(path)
         for hook in taken["webhooks"]:

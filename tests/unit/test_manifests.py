@@ -271,7 +271,8 @@ def test_every_document_and_the_pod_template_carry_the_recommended_labels() -> N
         "RoleBinding": "rbac", "Service": "operator", "Deployment": "operator",
         "PodDisruptionBudget": "operator", "NetworkPolicy": "operator",
         "ValidatingWebhookConfiguration": "webhook",
-        "MutatingWebhookConfiguration": "webhook"}
+        "MutatingWebhookConfiguration": "webhook", "ValidatingAdmissionPolicy": "rbac",
+        "ValidatingAdmissionPolicyBinding": "rbac"}
 
 
 def test_selectors_select_by_name_only_so_a_new_version_keeps_them() -> None:
@@ -425,7 +426,8 @@ def test_an_operator_without_webhooks_runs_its_own_command_line_over_http() -> N
                               image="img:1")
     assert [d["kind"] for d in docs] == [
         "Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole",
-        "ClusterRoleBinding", "Deployment", "NetworkPolicy"], "no Service, no webhooks"
+        "ClusterRoleBinding", "Deployment", "NetworkPolicy", "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding"], "no Service, no webhooks (the installation's guard)"
     by_kind = _by_kind(docs)
     template = by_kind["Deployment"]["spec"]["template"]
     pod = template["spec"]
