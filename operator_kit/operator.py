@@ -477,7 +477,8 @@ class Operator:
             self._run_controllers(sharded, membership.may_reconcile, scope)
 
         self._members = sharder.Members(self.informers, operator=self.name,
-                                         namespace=self.namespace)
+                                         namespace=self.namespace,
+                                         lease_duration=config.lease_duration)
         self._members.start()
         membership = sharder.Membership(self.api, config, operator=self.name,
                                          namespace=self.namespace, on_joined=joined,

@@ -29,6 +29,7 @@ from operator_kit.election.sharding import (
     Ring,
     Sharding,
     member_identity,
+    member_lease,
     plan,
 )
 from operator_kit.runtime.watching import Informer, Informers, WatchEvent
@@ -118,23 +119,40 @@ class _Seen:
 
 class Members:
     """Which members are alive, judged like a leader-election follower judges a Lease: a
-    member is alive until ``leaseDurationSeconds`` after this process last saw its Lease
+    member is alive until its lease duration after this process last saw its Lease
     change (its own clock; a fresh observer waits a full duration). Every member runs one,
     from its start, so a member that becomes leader already knows how long each Lease
     has been silent: a member that died with the old leader is taken over one lease
-    duration after its last renewal, not two."""
+    duration after its last renewal, not two.
+
+    Anyone who may write Leases in the namespace could write a member Lease, so what one
+    claims is believed only as far as it cannot do harm:
+
+    - its ``leaseDurationSeconds`` is capped at `lease_duration` (the operator's own
+      `Sharding.lease_duration`): a forged Lease that claims an hour and is never
+      renewed holds its objects for one lease duration, as a member that died would;
+    - a Lease counts only when its name is the member Lease of its holder
+      (``<operator>-member-<holder>``): a Lease cannot keep another member alive;
+    - a deleted Lease is not a departure: its member stays alive until its last seen
+      renewal plus the lease duration (it may still be reconciling, and it re-creates
+      its Lease at its next renewal); a clean stop releases the Lease (holder cleared)
+      before deleting it, which is a departure at once."""
 
     LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", True)
 
     def __init__(self, informers: Informers, *, operator: str, namespace: str,
+                 lease_duration: float = Sharding.lease_duration,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._informers = informers
         self._clock = clock
+        self._operator = operator
+        self._cap = lease_duration
         self.informer = informers.informer(self.LEASES, namespace=namespace,
                                            label_selector=f"{MEMBER_OF}={operator}")
         self._seen: dict[str, _Seen] = {}
         self._lock = threading.Lock()
         self._listeners: list[Callable[[], None]] = []
+        self._ignored: set[str] = set()
         self.informer.add_handler(self._on_lease)
 
     def start(self) -> None:
@@ -145,17 +163,23 @@ class Members:
 
     def _on_lease(self, event: WatchEvent) -> None:
         name = event.object["metadata"]["name"]
-        with self._lock:
-            if event.type == "DELETED":
-                self._seen.pop(name, None)
-            else:
-                spec = event.object.get("spec") or {}
-                holder = spec.get("holderIdentity") or ""
-                renewed = str(spec.get("renewTime") or "")
+        if event.type != "DELETED":
+            spec = event.object.get("spec") or {}
+            holder = spec.get("holderIdentity") or ""
+            if holder and name != member_lease(self._operator, holder):
+                if name not in self._ignored:
+                    self._ignored.add(name)
+                    log.warning("sharding %s: ignoring Lease %s: its holder %r is not the "
+                                "member it is named after (a member's Lease is %s)",
+                                self._operator, name, holder,
+                                member_lease(self._operator, holder))
+                holder = ""  # counts as released: it keeps no member alive
+            renewed = str(spec.get("renewTime") or "")
+            claimed = float(spec.get("leaseDurationSeconds") or 1)
+            with self._lock:
                 old = self._seen.get(name)
                 if old is None or (old.holder, old.renew_time) != (holder, renewed):
-                    self._seen[name] = _Seen(holder, renewed,
-                                             float(spec.get("leaseDurationSeconds") or 1),
+                    self._seen[name] = _Seen(holder, renewed, min(claimed, self._cap),
                                              self._clock())
         for listener in list(self._listeners):
             listener()
@@ -164,6 +188,9 @@ class Members:
         """The members whose Lease changed within its duration, by this process's clock."""
         now = self._clock()
         with self._lock:
+            for name in [n for n, s in self._seen.items() if now >= s.at + s.duration
+                         and not s.holder]:
+                del self._seen[name]  # released long ago: forget it
             return {s.holder for s in self._seen.values()
                     if s.holder and now < s.at + s.duration}
 

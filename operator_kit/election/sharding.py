@@ -21,9 +21,11 @@ identity>``: it caches, and reconciles, only its share. Children made with
 
 **The assigner** ("sharder") runs on the elected leader only. It watches the member
 Leases and, metadata only, every object of the sharded kinds and their owned kinds. A
-member is *alive* until ``leaseDurationSeconds`` after this process last saw its Lease
-change (its own clock, as a leader-election follower judges expiry; every member watches
-the member Leases from its start, `Members`, so a new leader needs no fresh wait). The
+member is *alive* until ``leaseDurationSeconds`` (capped at the operator's own
+``lease_duration``) after this process last saw its Lease change (its own clock, as a
+leader-election follower judges expiry; every member watches the member Leases from its
+start, `Members`, so a new leader needs no fresh wait). A Lease counts only for the member
+it is named after, and a Lease deleted by someone else is not a departure (`Members`). The
 target of an object is a consistent-hash ring (`Ring`: ``virtual_nodes`` points per
 alive member, sha1 of ``namespace/name``; 200 points keep each of 3 random members
 within 27-40 % in 200 trials, where 100 points gave a worst share of 25.8 %), so a
@@ -49,6 +51,11 @@ resourceVersion as precondition) and forgets the key; the object leaves its watc
 then is the object unassigned, and only then does the sharder give it to its target. If
 the old member dies mid-drain the sharder reassigns directly once its Lease expires —
 which is after that member's renew deadline, so it can no longer start a reconcile.
+
+**Only the operator moves the label.** The generated manifests carry an admission policy
+(``<operator>-shard-labels-<namespace>``) that refuses a change of either label by anyone
+but the operator's ServiceAccount: a label edited by hand would give an object to a
+second member while the first still reconciles it.
 
 **The rule: no object is reconciled by two members at once.** An object goes to a new
 member only when nobody holds it: either the old member let go itself (after its last

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import IO
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from operator_kit.election.sharding import Ring, ring_key
 from operator_kit.testing import Namespace, TestCluster, eventually
@@ -391,3 +392,157 @@ def test_a_member_paused_mid_reconcile_past_its_lease_writes_nothing_after_resum
     print(f"overlap checker: {len(runs(log))} reconciles, {len(found)} overlaps "
           f"besides the {len(cut)} fenced ones")
     assert not found, found[:5]
+
+
+# -- the shard label belongs to the operator ---------------------------------------------
+
+@pytest.fixture
+def as_the_operator(namespace: Namespace, cluster: TestCluster,
+                    tmp_path: Path) -> Iterator[str]:
+    """The generated RBAC and shard-label policy of the members' operator, applied; a
+    kubeconfig for its ServiceAccount. Everything cluster-scoped is deleted afterwards,
+    the policy first, and waited out (the API server forgets a policy a moment later)."""
+    from operator_kit import LeaderElection, Operator, Sharding
+    from operator_kit.manifests import operator_manifests
+    from operator_kit.testing.deploy import service_account_kubeconfig
+
+    from .shard_member import RecordingController
+
+    operator = Operator(OPERATOR, [RecordingController(namespace.name)],
+                        leader_election=LeaderElection(lease_name=OPERATOR),
+                        sharding=Sharding())
+    docs = [d for d in operator_manifests(operator, app="tests.cluster.shard_member:none",
+                                          namespace=namespace.name, image="unused")
+            if d["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
+                             "RoleBinding")
+            or d["metadata"]["name"] == f"{OPERATOR}-shard-labels-{namespace.name}"]
+    assert [d["kind"] for d in docs][-2:] == ["ValidatingAdmissionPolicy",
+                                              "ValidatingAdmissionPolicyBinding"]
+    for doc in docs:
+        cluster.api.apply(doc, field_manager="test")
+    path = tmp_path / "operator.kubeconfig"
+    service_account_kubeconfig(cluster, namespace.name, OPERATOR, path)
+    try:
+        yield str(path)
+    finally:
+        for doc in reversed(docs):
+            if not doc["metadata"].get("namespace"):
+                resource = cluster.api.resource_for(doc["apiVersion"], doc["kind"])
+                cluster.api.request("DELETE", resource.path(None, doc["metadata"]["name"]))
+        probe = create_widget(namespace, "policy-gone-probe", **{"labels": {LABEL: "x"}})
+        eventually(30, lambda: relabel(namespace, probe["metadata"]["name"], "y") is None,
+                   message="the deleted shard-label policy forgotten")
+
+
+def relabel(ns: Namespace, name: str, member: str, *, dry_run: bool = True) -> str | None:
+    """Move a Widget's shard label by hand (as the test's administrator): None if
+    admitted, else the refusal."""
+    try:
+        ns.api.request("PATCH", widget_path(ns, name), query={"dryRun": "All"} if dry_run
+                       else None, body={"metadata": {"labels": {LABEL: member}}},
+                       content_type="application/merge-patch+json")
+    except ApiException as err:
+        assert err.status == 403, err
+        return str(err)
+    return None
+
+
+def test_a_label_moved_by_hand_while_there_is_no_leader_is_refused_and_nothing_overlaps(
+        namespace: Namespace, cluster: TestCluster, members: list[Member], tmp_path: Path,
+        as_the_operator: str) -> None:
+    """The attack that gave two members one key (2.6 s and 1.5 s overlaps): kill the
+    leader, then move objects' labels to another member while reconciles are in flight.
+    The members run as the operator's ServiceAccount, with the generated RBAC and policy."""
+    log = tmp_path / "reconciles.log"
+    log.touch()
+    names = ["r-0", "r-1", "r-2"]
+    members.append(Member(namespace, as_the_operator, names[0], log, "--work", "0.3"))
+    eventually(30, lambda: lease_holder(namespace) == names[0])
+    members += [Member(namespace, as_the_operator, n, log, "--work", "0.3")
+                for n in names[1:]]
+    count = 60
+    create_widgets(namespace, count)
+    before = eventually(60, lambda: settled(namespace, names), interval=0.5)
+    eventually(60, lambda: len({r.key for r in runs(log)}) == count)
+    eventually(30, lambda: relabel(namespace, "w0", "r-9") is not None,
+               message="the shard-label policy enforced")
+
+    leader = members[0]
+    leader.process.kill()
+    killed = {leader.identity: time.time()}
+    alive = names[1:]
+    tried = refused = 0
+    until = time.monotonic() + LEASE + 2  # the leaderless window, and a little after
+    while time.monotonic() < until:
+        for key, owner in before.items():
+            if owner == leader.identity:
+                continue
+            name = key.split("/", 1)[1]
+            # A change that makes its owner reconcile, then the hand-made move away.
+            namespace.api.request("PATCH", widget_path(namespace, name),
+                                  body={"spec": {"size": int(time.monotonic() * 10) % 50}},
+                                  content_type="application/merge-patch+json")
+            other = next(m for m in alive if m != owner)
+            tried += 1
+            refusal = relabel(namespace, name, other, dry_run=False)
+            if refusal is not None:
+                refused += 1
+                assert "only the operator (its ServiceAccount) may change it" in refusal
+    eventually(LEASE + 20, lambda: settled(namespace, alive), interval=0.5)
+    found = overlaps(runs(log, killed))
+    print(f"\nleaderless relabel attack: {refused} of {tried} hand-made label moves refused; "
+          f"{len(runs(log))} reconciles, {len(found)} overlaps")
+    assert refused == tried > 0
+    assert not found, found[:5]
+
+
+def test_a_forged_member_lease_holds_objects_one_lease_at_most_and_a_deleted_one_moves_none(
+        namespace: Namespace, cluster: TestCluster, members: list[Member],
+        tmp_path: Path) -> None:
+    from operator_kit.election.sharding import MEMBER_OF, member_lease
+
+    log = tmp_path / "reconciles.log"
+    log.touch()
+    names = ["f-0", "f-1", "f-2"]
+    members.append(Member(namespace, cluster.kubeconfig, names[0], log))
+    eventually(30, lambda: lease_holder(namespace) == names[0])
+    members += [Member(namespace, cluster.kubeconfig, n, log) for n in names[1:]]
+    count = 60
+    create_widgets(namespace, count)
+    before = eventually(60, lambda: settled(namespace, names), interval=0.5)
+
+    # 1. Someone deletes a live member's Lease: it is not a departure (the member renews,
+    #    re-creating it); none of its objects move, none start draining.
+    victim = member_lease(OPERATOR, "f-1")
+    leases = "/apis/coordination.k8s.io/v1/namespaces/" + namespace.name + "/leases"
+    cluster.api.request("DELETE", f"{leases}/{victim}")
+    deadline = time.monotonic() + LEASE + 3
+    while time.monotonic() < deadline:
+        assert settled(namespace, names) == before
+        time.sleep(0.5)
+    assert namespace.get("coordination.k8s.io/v1", "Lease", victim) is not None
+
+    # 2. A forged member Lease (the documented name and label) that claims an hour and
+    #    is never renewed: believed for the operator's own lease duration, then dead.
+    now = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
+    cluster.api.request("POST", leases, body={
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": member_lease(OPERATOR, "ghost"), "labels": {MEMBER_OF: OPERATOR}},
+        "spec": {"holderIdentity": "ghost", "leaseDurationSeconds": 3600,
+                 "renewTime": now, "acquireTime": now}})
+    forged = time.monotonic()
+    eventually(20, lambda: any(m == "ghost" for m, _ in assignments(namespace).values()),
+               message="the ghost, believed for a while, given objects")
+    eventually(LEASE + 20, lambda: settled(namespace, names), interval=0.5)
+    held = time.monotonic() - forged
+    # ...and a Lease named for one member that claims another holder keeps nobody alive.
+    cluster.api.request("POST", leases, body={
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": member_lease(OPERATOR, "decoy"), "labels": {MEMBER_OF: OPERATOR}},
+        "spec": {"holderIdentity": "phantom", "leaseDurationSeconds": 3600,
+                 "renewTime": now, "acquireTime": now}})
+    time.sleep(2)
+    assert all(m in names for m, _ in assignments(namespace).values())
+    print(f"\nforged member Lease: its objects back with real members after {held:.1f} s "
+          f"(lease {LEASE:g} s, it claimed 3600 s); a deleted live member's Lease moved "
+          f"0 of {sum(1 for m in before.values() if m == 'f-1')} objects")

@@ -279,3 +279,45 @@ def test_a_member_is_alive_until_its_lease_duration_after_it_was_last_seen_to_ch
     assert members.alive() == set()
     members._on_lease(WatchEvent("DELETED", {"metadata": {"name": "op-member-a"}}))
     assert members.alive() == set()
+
+
+def test_a_lease_claiming_longer_than_the_operators_lease_duration_is_believed_for_that_long(
+        ) -> None:
+    now = [100.0]
+    members = Members(Informers(None, threading.Event()),  # type: ignore[arg-type]
+                      operator="op", namespace="ns", lease_duration=15, clock=lambda: now[0])
+    members._on_lease(lease("op-member-ghost", "ghost", "t1", duration=3600))  # forged
+    now[0] = 114.9
+    assert members.alive() == {"ghost"}
+    now[0] = 115.0
+    assert members.alive() == set(), "never renewed: dead after 15 s, not an hour"
+
+
+def test_a_lease_counts_only_for_the_member_it_is_named_after() -> None:
+    now = [100.0]
+    members = Members(Informers(None, threading.Event()),  # type: ignore[arg-type]
+                      operator="op", namespace="ns", clock=lambda: now[0])
+    members._on_lease(lease("op-member-a", "a", "t1"))
+    members._on_lease(lease("op-member-forged", "a", "t1"))  # keeps "a" alive? no
+    members._on_lease(lease("not-a-member-lease", "b", "t1"))
+    now[0] = 104.0
+    members._on_lease(lease("op-member-forged", "a", "t2"))
+    assert members.alive() == set(), "only a's own Lease says whether a lives"
+
+
+def test_a_deleted_lease_of_a_member_that_still_renews_is_not_a_departure() -> None:
+    now = [100.0]
+    members = Members(Informers(None, threading.Event()),  # type: ignore[arg-type]
+                      operator="op", namespace="ns", clock=lambda: now[0])
+    members._on_lease(lease("op-member-a", "a", "t1"))
+    now[0] = 102.0
+    members._on_lease(WatchEvent("DELETED", {"metadata": {"name": "op-member-a"}}))
+    assert members.alive() == {"a"}, "deleted by someone else: a may still reconcile"
+    now[0] = 103.0
+    members._on_lease(WatchEvent("ADDED", {"metadata": {"name": "op-member-a"}, "spec": {
+        "holderIdentity": "a", "renewTime": "t2", "leaseDurationSeconds": 4}}))
+    now[0] = 106.0
+    assert members.alive() == {"a"}, "re-created at its next renewal: still alive"
+    members._on_lease(WatchEvent("DELETED", {"metadata": {"name": "op-member-a"}}))
+    now[0] = 107.0
+    assert members.alive() == set(), "gone for good: dead its lease duration after t2"
