@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -115,6 +115,7 @@ class _Seen:
     renew_time: str
     duration: float
     at: float
+    deleted: bool = False
 
 
 class Members:
@@ -163,7 +164,12 @@ class Members:
 
     def _on_lease(self, event: WatchEvent) -> None:
         name = event.object["metadata"]["name"]
-        if event.type != "DELETED":
+        if event.type == "DELETED":
+            with self._lock:  # still alive until its duration is up; then forgotten
+                seen = self._seen.get(name)
+                if seen is not None:
+                    self._seen[name] = replace(seen, deleted=True)
+        else:
             spec = event.object.get("spec") or {}
             holder = spec.get("holderIdentity") or ""
             if holder and name != member_lease(self._operator, holder):
@@ -178,7 +184,8 @@ class Members:
             claimed = float(spec.get("leaseDurationSeconds") or 1)
             with self._lock:
                 old = self._seen.get(name)
-                if old is None or (old.holder, old.renew_time) != (holder, renewed):
+                if old is None or old.deleted or (old.holder, old.renew_time) != (
+                        holder, renewed):
                     self._seen[name] = _Seen(holder, renewed, min(claimed, self._cap),
                                              self._clock())
         for listener in list(self._listeners):
@@ -189,8 +196,8 @@ class Members:
         now = self._clock()
         with self._lock:
             for name in [n for n, s in self._seen.items() if now >= s.at + s.duration
-                         and not s.holder]:
-                del self._seen[name]  # released long ago: forget it
+                         and (s.deleted or not s.holder)]:
+                del self._seen[name]  # expired and gone or released: forget it
             return {s.holder for s in self._seen.values()
                     if s.holder and now < s.at + s.duration}
 

@@ -63,13 +63,23 @@ def _is_account(name: str) -> str:
             f"request.userInfo.username.endsWith(':{name}')")
 
 
-def _rule(group: str, resource: str, names: Sequence[str] = (), *,
-          operations: Sequence[str] = ("UPDATE",)) -> dict[str, Any]:
+def _rule(group: str, resource: str, names: Sequence[str] = ()) -> dict[str, Any]:
+    """Updates of `resource` (only those named `names`, when given)."""
     rule: dict[str, Any] = {"apiGroups": [group], "apiVersions": ["*"],
-                            "resources": [resource], "operations": list(operations)}
+                            "resources": [resource], "operations": ["UPDATE"]}
     if names:
         rule["resourceNames"] = sorted(names)
     return rule
+
+
+def _admission_rules(validating: Sequence[str], mutating: Sequence[str],
+                     crds: Sequence[str]) -> list[dict[str, Any]]:
+    """Updates of these webhook configurations and CRDs, by name."""
+    rules = [_rule("admissionregistration.k8s.io", resource, names)
+             for resource, names in zip(_HOOKS, (validating, mutating), strict=True) if names]
+    if crds:
+        rules.append(_rule("apiextensions.k8s.io", "customresourcedefinitions", crds))
+    return rules
 
 
 def _policy(name: str, rules: list[dict[str, Any]], validations: list[dict[str, Any]], *,
@@ -106,10 +116,7 @@ def _same_crd() -> str:
 def self_protection(operator: str, namespace: str, account: str, *, validating: Sequence[str],
                     mutating: Sequence[str], crds: Sequence[str]) -> list[dict[str, Any]]:
     """The policy that lets `account` change only the caBundles of these objects."""
-    rules = [_rule("admissionregistration.k8s.io", resource, names)
-             for resource, names in zip(_HOOKS, (validating, mutating), strict=True) if names]
-    if crds:
-        rules.append(_rule("apiextensions.k8s.io", "customresourcedefinitions", crds))
+    rules = _admission_rules(validating, mutating, crds)
     if not rules:
         return []
     why = (f"the ServiceAccount of {operator} may change only the caBundle of its webhook "
@@ -146,11 +153,8 @@ def installation(operator: str, namespace: str, app: str, *, cluster_role: str,
                  crds: Sequence[str]) -> list[dict[str, Any]]:
     """The policy that keeps the first installation's cluster-scoped documents its own."""
     rules = [_rule("rbac.authorization.k8s.io", "clusterroles", [cluster_role]),
-             _rule("rbac.authorization.k8s.io", "clusterrolebindings", [cluster_role])]
-    rules += [_rule("admissionregistration.k8s.io", resource, names)
-              for resource, names in zip(_HOOKS, (validating, mutating), strict=True) if names]
-    if crds:
-        rules.append(_rule("apiextensions.k8s.io", "customresourcedefinitions", crds))
+             _rule("rbac.authorization.k8s.io", "clusterrolebindings", [cluster_role]),
+             *_admission_rules(validating, mutating, crds)]
     label = f"[?'{INSTALLATION_LABEL}']"
     owner = (f"(variables.old.size() > 0 ? variables.old[0] : "
              f"oldObject.metadata.?labels{label}.orValue(''))")

@@ -149,6 +149,14 @@ def lease_holder(ns: Namespace) -> str | None:
     return lease["spec"].get("holderIdentity") if lease else None
 
 
+def start_members(members: list[Member], ns: Namespace, kubeconfig: str, names: list[str],
+                  log: Path, *args: str) -> None:
+    """Start `names`, the first alone until it holds the leader Lease (so it assigns)."""
+    members.append(Member(ns, kubeconfig, names[0], log, *args))
+    eventually(30, lambda: lease_holder(ns) == names[0])
+    members += [Member(ns, kubeconfig, n, log, *args) for n in names[1:]]
+
+
 @pytest.fixture
 def members(namespace: Namespace, cluster: TestCluster) -> Iterator[list[Member]]:
     started: list[Member] = []
@@ -165,9 +173,7 @@ def test_members_share_3000_objects_a_joiner_moves_few_and_killed_members_are_ta
     log = tmp_path / "reconciles.log"
     log.touch()
     names = ["m-0", "m-1", "m-2"]
-    members.append(Member(namespace, cluster.kubeconfig, names[0], log))
-    eventually(30, lambda: lease_holder(namespace) == names[0])
-    members += [Member(namespace, cluster.kubeconfig, n, log) for n in names[1:]]
+    start_members(members, namespace, cluster.kubeconfig, names, log)
     eventually(30, lambda: len(namespace.list("coordination.k8s.io/v1", "Lease")) == 4)
 
     count = 3000
@@ -245,9 +251,7 @@ def test_a_member_paused_past_its_lease_reconciles_nothing_it_no_longer_owns(
     log = tmp_path / "reconciles.log"
     log.touch()
     names = ["p-0", "p-1", "p-2"]
-    members.append(Member(namespace, cluster.kubeconfig, names[0], log, "--children"))
-    eventually(30, lambda: lease_holder(namespace) == names[0])
-    members += [Member(namespace, cluster.kubeconfig, n, log, "--children") for n in names[1:]]
+    start_members(members, namespace, cluster.kubeconfig, names, log, "--children")
     count = 300
     create_widgets(namespace, count)
     before = eventually(90, lambda: settled(namespace, names), interval=0.5)
@@ -304,9 +308,7 @@ def test_a_member_stopped_cleanly_hands_its_objects_over_at_once(
     log = tmp_path / "reconciles.log"
     log.touch()
     names = ["c-0", "c-1"]
-    members.append(Member(namespace, cluster.kubeconfig, names[0], log))
-    eventually(30, lambda: lease_holder(namespace) == names[0])
-    members.append(Member(namespace, cluster.kubeconfig, names[1], log))
+    start_members(members, namespace, cluster.kubeconfig, names, log)
     create_widgets(namespace, 100)
     eventually(60, lambda: settled(namespace, names), interval=0.5)
     leaving = members[1]
@@ -341,9 +343,7 @@ def test_a_member_paused_mid_reconcile_past_its_lease_writes_nothing_after_resum
     log.touch()
     names = ["q-0", "q-1"]
     slow = ["--children", "--work", "1.5", "--workers", "4"]
-    members.append(Member(namespace, cluster.kubeconfig, names[0], log, *slow))
-    eventually(30, lambda: lease_holder(namespace) == names[0])
-    members.append(Member(namespace, cluster.kubeconfig, names[1], log, *slow))
+    start_members(members, namespace, cluster.kubeconfig, names, log, *slow)
     eventually(30, lambda: len(namespace.list("coordination.k8s.io/v1", "Lease")) == 3)
     count = 40
     create_widgets(namespace, count)
@@ -456,10 +456,7 @@ def test_a_label_moved_by_hand_while_there_is_no_leader_is_refused_and_nothing_o
     log = tmp_path / "reconciles.log"
     log.touch()
     names = ["r-0", "r-1", "r-2"]
-    members.append(Member(namespace, as_the_operator, names[0], log, "--work", "0.3"))
-    eventually(30, lambda: lease_holder(namespace) == names[0])
-    members += [Member(namespace, as_the_operator, n, log, "--work", "0.3")
-                for n in names[1:]]
+    start_members(members, namespace, as_the_operator, names, log, "--work", "0.3")
     count = 60
     create_widgets(namespace, count)
     before = eventually(60, lambda: settled(namespace, names), interval=0.5)
@@ -504,9 +501,7 @@ def test_a_forged_member_lease_holds_objects_one_lease_at_most_and_a_deleted_one
     log = tmp_path / "reconciles.log"
     log.touch()
     names = ["f-0", "f-1", "f-2"]
-    members.append(Member(namespace, cluster.kubeconfig, names[0], log))
-    eventually(30, lambda: lease_holder(namespace) == names[0])
-    members += [Member(namespace, cluster.kubeconfig, n, log) for n in names[1:]]
+    start_members(members, namespace, cluster.kubeconfig, names, log)
     count = 60
     create_widgets(namespace, count)
     before = eventually(60, lambda: settled(namespace, names), interval=0.5)

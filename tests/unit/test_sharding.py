@@ -263,10 +263,15 @@ def lease(name: str, holder: str, renewed: str, duration: int = 4) -> WatchEvent
         "holderIdentity": holder, "renewTime": renewed, "leaseDurationSeconds": duration}})
 
 
+def watching(now: list[float], **options: float) -> Members:
+    """A `Members` of operator "op" on the clock `now[0]`, fed by hand (no API server)."""
+    return Members(Informers(None, threading.Event()),  # type: ignore[arg-type]
+                   operator="op", namespace="ns", clock=lambda: now[0], **options)
+
+
 def test_a_member_is_alive_until_its_lease_duration_after_it_was_last_seen_to_change() -> None:
     now = [100.0]
-    members = Members(Informers(None, threading.Event()),  # type: ignore[arg-type]
-                      operator="op", namespace="ns", clock=lambda: now[0])
+    members = watching(now)
     members._on_lease(lease("op-member-a", "a", "t1"))
     members._on_lease(lease("op-member-b", "b", "t1"))
     now[0] = 103.0
@@ -284,8 +289,7 @@ def test_a_member_is_alive_until_its_lease_duration_after_it_was_last_seen_to_ch
 def test_a_lease_claiming_longer_than_the_operators_lease_duration_is_believed_for_that_long(
         ) -> None:
     now = [100.0]
-    members = Members(Informers(None, threading.Event()),  # type: ignore[arg-type]
-                      operator="op", namespace="ns", lease_duration=15, clock=lambda: now[0])
+    members = watching(now, lease_duration=15)
     members._on_lease(lease("op-member-ghost", "ghost", "t1", duration=3600))  # forged
     now[0] = 114.9
     assert members.alive() == {"ghost"}
@@ -295,8 +299,7 @@ def test_a_lease_claiming_longer_than_the_operators_lease_duration_is_believed_f
 
 def test_a_lease_counts_only_for_the_member_it_is_named_after() -> None:
     now = [100.0]
-    members = Members(Informers(None, threading.Event()),  # type: ignore[arg-type]
-                      operator="op", namespace="ns", clock=lambda: now[0])
+    members = watching(now)
     members._on_lease(lease("op-member-a", "a", "t1"))
     members._on_lease(lease("op-member-forged", "a", "t1"))  # keeps "a" alive? no
     members._on_lease(lease("not-a-member-lease", "b", "t1"))
@@ -307,8 +310,7 @@ def test_a_lease_counts_only_for_the_member_it_is_named_after() -> None:
 
 def test_a_deleted_lease_of_a_member_that_still_renews_is_not_a_departure() -> None:
     now = [100.0]
-    members = Members(Informers(None, threading.Event()),  # type: ignore[arg-type]
-                      operator="op", namespace="ns", clock=lambda: now[0])
+    members = watching(now)
     members._on_lease(lease("op-member-a", "a", "t1"))
     now[0] = 102.0
     members._on_lease(WatchEvent("DELETED", {"metadata": {"name": "op-member-a"}}))
@@ -321,3 +323,4 @@ def test_a_deleted_lease_of_a_member_that_still_renews_is_not_a_departure() -> N
     members._on_lease(WatchEvent("DELETED", {"metadata": {"name": "op-member-a"}}))
     now[0] = 107.0
     assert members.alive() == set(), "gone for good: dead its lease duration after t2"
+    assert not members._seen, "and forgotten: members that come and go leave nothing behind"
