@@ -43,6 +43,7 @@ from operator_kit.testing import Namespace, TestCluster, eventually  # noqa: E40
 from tests.cluster.conftest import Widget  # noqa: E402
 from tests.cluster.test_sharding import (  # noqa: E402
     Member,
+    assignments,
     create_widgets,
     lease_holder,
     overlaps,
@@ -133,12 +134,21 @@ def main() -> int:
 
         def all_taken() -> bool:
             for run in runs(log, {victim.identity: killed}):
+                # A run still going has no end yet (runs() gives it inf): not taken yet.
                 if (run.key in orphans and run.member != victim.identity
-                        and run.start > killed):
+                        and run.start > killed and run.end != float("inf")):
                     taken[run.key] = min(taken.get(run.key, run.end), run.end)
             return len(taken) == len(orphans)
 
-        eventually(lease * 4 + 60, all_taken, interval=0.2)
+        try:
+            eventually(lease * 4 + 60, all_taken, interval=0.2)
+        except AssertionError:
+            left = sorted(orphans - set(taken))
+            now = assignments(ns)
+            print(f"gave up: {len(left)} of the killed member's {len(orphans)} objects were "
+                  f"not reconciled by another member; (label, draining) of the first: "
+                  + ", ".join(f"{k} {now.get(k)}" for k in left[:10]), flush=True)
+            raise
         takeover = max(taken.values()) - killed
         print(f"SIGKILL of a member: its {len(orphans)} objects reconciled by the others "
               f"after {takeover:.1f}s (lease {lease:g}s)", flush=True)

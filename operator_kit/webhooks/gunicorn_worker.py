@@ -1,52 +1,65 @@
-"""gunicorn's threaded worker, with a deadline on receiving each request.
+"""gunicorn's threaded worker, with new connections handshaken in its poller and a
+deadline on receiving each request.
 
-gunicorn's ``gthread`` worker hands a connection to one of its threads, which then reads
-the TLS handshake, the request line and headers, and (through the app) the body with
-blocking reads that have no time limit. A client that stalls or trickles — one byte every
-few seconds — holds that thread for as long as it likes, and as many such clients as the
-worker has threads (8) stop every webhook from being answered: the API server's own calls
-wait until its webhook timeout and then fail. A per-read socket timeout does not help, as
-each trickled byte resets it.
+gunicorn's ``gthread`` worker hands each new connection to one of its threads (8), which
+waits up to 5 s for a first byte, then does the TLS handshake and reads the request with
+blocking reads that have no time limit. Anyone who can reach the port could stop
+admission with a few dozen sockets: 24 that never sent a byte made 8 of 16 writes fail
+at the API server ("failed calling webhook … timeout"), and one that sends a byte every
+few seconds holds its thread for as long as it likes (a per-read socket timeout does not
+help: each byte resets it).
 
-`ThreadWorker` bounds the whole *read* of a request instead: from the moment a thread
-takes the connection up to the last byte of the body, at most ``OPERATOR_KIT_READ_TIMEOUT``
-seconds (default 5; the API server sends even a review of several MiB in milliseconds). A
-request not received by then has its connection shut down, which wakes the thread
-blocked on it; the connection is closed, a warning names the client, and
-``operator_kit_webhook_read_timeouts_total{stage}`` counts it.
+`ThreadWorker` changes two things:
 
-A new connection holds a thread only while it has something to read: once its TLS
-handshake is done, if no request byte follows within ``REQUEST_GRACE`` (0.2 s) it goes back
-to gunicorn's poller, like a kept-alive connection between requests, and costs no thread
-until a request arrives (or ``keepalive`` passes). Go's HTTP client, the API server's,
-dials connections ahead and parks the spare ones; held in threads, a burst of them took
-all 8 and a review on a new connection queued behind them for up to two read deadlines.
-(gunicorn older than 26 cannot take a connection back: there such a connection holds its
-thread until its deadline, and is then closed, logged at debug level only.)
+- **A new connection costs no thread until its first request byte.** The poller (the
+  worker's main loop) accepts it, wraps it in TLS without blocking and drives the
+  handshake from readiness events, as Go's net/http does in a goroutine per connection.
+  A peer that sends nothing, or part of a ClientHello, costs a socket and a few KiB,
+  never a thread. Once the handshake is done the connection waits in the poller, as a
+  kept-alive one does between requests (until ``keepalive``), and a thread takes it only
+  when request bytes are readable. A handshake not done within
+  ``OPERATOR_KIT_READ_TIMEOUT`` seconds (default 5) has its connection closed: a warning
+  names a peer that sent part of one, a debug line one that sent nothing (port scans,
+  TCP probes).
+- **A request must be received in full within ``OPERATOR_KIT_READ_TIMEOUT`` of a thread
+  taking it up** (the API server sends even a review of several MiB in milliseconds),
+  else its connection is shut down, which wakes the thread blocked on it; a warning names
+  the client. One thread, ``operator_kit-read-deadlines``, watches these deadlines; it
+  stops with the worker. The time a handler takes once it has read the body does not
+  count, nor does writing the answer (the webhook views always read their body).
 
-The time a handler takes once it has read the body does not count, nor does writing the
-answer (a route that never reads its body keeps the clock running while it works: the
-webhook views always read it).
-One thread, ``operator_kit-read-deadlines``, watches the deadlines; it stops with the
-worker.
+``operator_kit_webhook_read_timeouts_total{stage}`` counts the connections closed, by how
+far they got (`CONNECTING`, `IDLE`, `REQUEST`).
 
-`operator_kit.gunicorn_conf` selects this worker (``worker_class``).
+The remaining limit is gunicorn's ``worker_connections`` (1000) per worker. When that many
+connections are open, the one that has waited longest without sending a request byte (in
+its handshake, or parked after it) is closed to make room, so idle sockets cannot lock out
+the API server's connections; kept-alive connections and requests being read are never
+closed for this. Each parked connection costs memory (see bench/idle_socket_bench.py).
+
+`operator_kit.gunicorn_conf` selects this worker (``worker_class``). It relies on the
+structure of gunicorn 26 and 27's gthread worker (its poller, ``pending_conns`` and
+``enqueue_req``), hence the bound on gunicorn in setup.cfg.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
-import select
+import selectors
 import socket
 import ssl
 import threading
 import time
 import weakref
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
-from gunicorn.workers import gthread
+from gunicorn import http
+from gunicorn import sock as gsock
+from gunicorn.workers.gthread import TConn
 from gunicorn.workers.gthread import ThreadWorker as _GThreadWorker
 
 from operator_kit.metrics import WEBHOOK_READ_TIMEOUTS
@@ -55,13 +68,6 @@ logger = logging.getLogger("operator_kit.gunicorn")
 
 DEFAULT_READ_TIMEOUT = 5.0
 CHECK_INTERVAL = 0.1
-REQUEST_GRACE = 0.2
-"""How long a thread waits, after a new connection's TLS handshake, for its first request
-byte before handing the connection back to the poller."""
-
-# gunicorn >= 26 has "give it back to the poller"; older ones keep the thread.
-_DEFER: Any = getattr(gthread, "_DEFER", None)
-DATA_TIMEOUT: float = getattr(gthread, "DEFAULT_WORKER_DATA_TIMEOUT", 5.0)
 
 
 def read_timeout_from_env() -> float:
@@ -157,13 +163,60 @@ def shut_down(sock: Any) -> bool:
     return True
 
 
+class PolledConn(TConn):  # type: ignore[misc]
+    """A connection whose TLS handshake the worker's poller does (`ThreadWorker.accept`).
+
+    ``init``, which gunicorn calls in the thread that takes the connection, then only
+    makes the request parser: the socket is wrapped already."""
+
+    sock: Any
+    parser: Any
+    initialized: bool
+
+    def __init__(self, cfg: Any, sock: Any, client: Any, server: Any) -> None:
+        super().__init__(cfg, sock, client, server)
+        self.handshaken = False
+        self.heard = False  # some byte arrived while connecting
+        self.deadline = 0.0  # for its handshake (monotonic)
+
+    def start_tls(self) -> None:
+        """Wrap the (non-blocking) socket in TLS; the handshake is then driven by
+        `ThreadWorker._advance`."""
+        self.sock = gsock.ssl_context(self.cfg).wrap_socket(
+            self.sock, server_side=True, do_handshake_on_connect=False,
+            suppress_ragged_eofs=self.cfg.suppress_ragged_eofs,
+        )
+
+    def init(self) -> None:
+        if self.initialized:
+            return
+        if not self.handshaken:  # plain HTTP: gunicorn's own
+            super().init()
+            return
+        self.initialized = True
+        self.sock.setblocking(True)
+        if self.parser is not None:
+            return
+        if gsock.is_http2_negotiated(self.sock):
+            self.is_http2 = True
+            self.parser = http.get_parser(self.cfg, self.sock, self.client,
+                                          http2_connection=True)
+            self.parser.initiate_connection()
+        else:
+            self.parser = http.get_parser(self.cfg, self.sock, self.client)
+
+
 class ThreadWorker(_GThreadWorker):  # type: ignore[misc]
-    """gunicorn's gthread worker with a deadline on reading each request (module docstring)."""
+    """gunicorn's gthread worker; connections handshaken in the poller, a deadline on
+    reading each request (module docstring)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.read_deadlines = ReadDeadlines(read_timeout_from_env())
         self._deadline_stop = threading.Event()
+        # Connections not yet given to a thread, oldest first: in their handshake
+        # (plain HTTP: waiting for a first byte), with the event each waits for.
+        self.connecting: dict[PolledConn, int] = {}
 
     def run(self) -> None:
         watcher = threading.Thread(
@@ -175,51 +228,136 @@ class ThreadWorker(_GThreadWorker):  # type: ignore[misc]
         finally:
             self._deadline_stop.set()
             watcher.join(timeout=5)
+            for conn in list(self.connecting):
+                self._drop(conn)
+
+    # -- in the poller (the worker's main thread) ---------------------------------------
+
+    def accept(self, listener: Any) -> None:
+        try:
+            client_sock, client_addr = listener.accept()
+        except OSError as err:
+            if err.errno not in (errno.EAGAIN, errno.ECONNABORTED, errno.EWOULDBLOCK):
+                raise
+            return
+        self.nr_conns += 1
+        conn = PolledConn(self.cfg, client_sock, client_addr, listener.getsockname())
+        conn.deadline = time.monotonic() + self.read_deadlines.timeout
+        if self.cfg.is_ssl:
+            try:
+                conn.start_tls()
+            except (ssl.SSLError, OSError, ValueError) as err:
+                logger.debug("TLS with %s could not start: %s", _address(client_addr), err)
+                self.nr_conns -= 1
+                conn.close()
+                return
+        self.connecting[conn] = selectors.EVENT_READ
+        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._advance, conn))
+        if self.nr_conns >= self.worker_connections:
+            self._make_room()
+
+    def _advance(self, conn: PolledConn, _fileobj: Any) -> None:
+        """The connection is readable (or writable, as its handshake asked): take the
+        handshake a step further, and once it is done, park it or hand it to a thread."""
+        if self.connecting.get(conn) == selectors.EVENT_READ:
+            conn.heard = True
+        if self.cfg.is_ssl:
+            try:
+                conn.sock.do_handshake()
+            except ssl.SSLWantReadError:
+                self._wait_for(conn, selectors.EVENT_READ)
+                return
+            except ssl.SSLWantWriteError:
+                self._wait_for(conn, selectors.EVENT_WRITE)
+                return
+            except (ssl.SSLError, OSError, ValueError) as err:
+                logger.debug("TLS handshake with %s failed: %s", _address(conn.client), err)
+                self._drop(conn)
+                return
+            conn.handshaken = True
+        del self.connecting[conn]
+        self.poller.unregister(conn.sock)
+        if not self.cfg.is_ssl or conn.sock.pending() > 0:
+            conn.data_ready = True  # bytes of a request are here already
+            self.enqueue_req(conn)
+            return
+        # Handshaken, no request yet: wait in the poller, as gunicorn parks a connection
+        # that sent no data (Go's HTTP client dials spare connections ahead).
+        conn.sock.setblocking(False)
+        conn.timeout = time.monotonic() + self.cfg.keepalive
+        self.pending_conns.append(conn)
+        self.poller.register(conn.sock, selectors.EVENT_READ,
+                             partial(self.on_pending_socket_readable, conn))
+
+    def _wait_for(self, conn: PolledConn, event: int) -> None:
+        if self.connecting[conn] != event:
+            self.connecting[conn] = event
+            self.poller.modify(conn.sock, event, partial(self._advance, conn))
+
+    def _drop(self, conn: PolledConn) -> None:
+        if self.connecting.pop(conn, None) is not None:
+            try:
+                self.poller.unregister(conn.sock)
+            except (KeyError, ValueError, OSError):
+                pass
+        self.nr_conns -= 1
+        conn.close()
+
+    def murder_pending(self) -> None:
+        """gunicorn's sweep of parked connections, and of handshakes past their deadline."""
+        super().murder_pending()
+        now = time.monotonic()
+        while self.connecting:
+            conn = next(iter(self.connecting))
+            if conn.deadline > now and self.alive:
+                break
+            if self.alive:
+                self._count_timeout(conn)
+            self._drop(conn)
+
+    def _count_timeout(self, conn: PolledConn) -> None:
+        WEBHOOK_READ_TIMEOUTS.labels(CONNECTING).inc()
+        client = _address(conn.client)
+        if conn.heard:
+            logger.warning(
+                "closed the connection from %s: its request was not received within %.1f s "
+                "(stalled in its TLS handshake: a slow or stalled client; "
+                "OPERATOR_KIT_READ_TIMEOUT)", client, self.read_deadlines.timeout,
+            )
+        else:
+            logger.debug("closed the connection from %s: it sent nothing within %.1f s",
+                         client, self.read_deadlines.timeout)
+
+    def _make_room(self) -> None:
+        """At gunicorn's connection cap: close the connection that has waited longest
+        without sending a request byte, so that idle sockets cannot keep out new ones."""
+        if self.connecting:
+            oldest = next(iter(self.connecting))
+            logger.debug("closed the connection from %s to make room: %d connections open",
+                         _address(oldest.client), self.nr_conns)
+            self._drop(oldest)
+        elif self.pending_conns:
+            conn = self.pending_conns.popleft()
+            try:
+                self.poller.unregister(conn.sock)
+            except (KeyError, ValueError, OSError):
+                pass
+            self.nr_conns -= 1
+            conn.close()
+
+    # -- in the threads -----------------------------------------------------------------
 
     def handle(self, conn: Any) -> Any:
         if getattr(conn, "initialized", True):  # kept alive: waiting for its next request
             self.read_deadlines.begin(conn, IDLE)
-        else:
-            self.read_deadlines.begin(conn, CONNECTING)
+        else:  # its first request (handshaken already, or plain HTTP)
+            self.read_deadlines.begin(conn, IDLE if getattr(conn, "handshaken", False)
+                                      else CONNECTING)
             self._follow_stages(conn)
-            if _DEFER is not None:
-                deferred = self._handshake_or_defer(conn)
-                if deferred is not None:
-                    self.read_deadlines.end(conn)
-                    return deferred
         try:
             return super().handle(conn)
         finally:
             self.read_deadlines.end(conn)
-
-    def _handshake_or_defer(self, conn: Any) -> Any:
-        """Do a new connection's TLS handshake here; hand it back to the poller (no thread
-        held) if no request byte follows within REQUEST_GRACE seconds.
-
-        Go's HTTP client (the API server's) dials connections ahead and parks the spare
-        ones: blocked on them until the read deadline, 8 threads were soon all held by
-        connections that carry no request, and a review on a new connection queued behind
-        them for up to two read deadlines. Parked in the poller like a kept-alive
-        connection, an idle one costs a socket until ``keepalive``, and no thread.
-
-        None: go on in this thread (the handshake is done, or not wanted: plain HTTP,
-        HTTP/2). `_DEFER`, or False when the handshake failed (logged at debug level, as
-        gunicorn logs a client that goes away)."""
-        if not getattr(self.cfg, "is_ssl", False) or not callable(getattr(conn, "init", None)):
-            return None
-        if not conn.data_ready and not conn.wait_for_data(DATA_TIMEOUT):
-            return _DEFER
-        try:
-            conn.sock.setblocking(True)
-            conn.init()
-        except (ssl.SSLError, OSError, ValueError) as err:
-            logger.debug("TLS handshake with %s failed: %s",
-                         _address(getattr(conn, "client", None)), err)
-            shut_down(conn.sock)  # gunicorn closes it: at once, there is nothing to drain
-            return False
-        if getattr(conn, "is_http2", False) or _request_waiting(conn.sock, REQUEST_GRACE):
-            return None
-        return _DEFER
 
     def handle_request(self, req: Any, conn: Any) -> Any:
         # The headers are in. The read ends with the body: now if there is none, else when
@@ -287,18 +425,6 @@ class ThreadWorker(_GThreadWorker):  # type: ignore[misc]
                         "within %.1f s (a slow or stalled client; OPERATOR_KIT_READ_TIMEOUT)",
                         client, self.read_deadlines.timeout,
                     )
-
-
-def _request_waiting(sock: Any, timeout: float) -> bool:
-    """Whether bytes of a request are (or within `timeout` become) readable on `sock`."""
-    pending = getattr(sock, "pending", None)
-    if callable(pending) and pending() > 0:  # already decrypted, in the TLS buffer
-        return True
-    try:
-        readable, _, _ = select.select([sock], [], [], timeout)
-    except (OSError, ValueError):  # closed meanwhile: let the thread find out
-        return True
-    return bool(readable)
 
 
 def _address(client: Any) -> str:

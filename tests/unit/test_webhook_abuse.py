@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import socket
 import ssl
 import subprocess
@@ -28,6 +29,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -386,9 +388,9 @@ def slow_client(server: Server, kind: str) -> Slow:
     return Slow(kind, None, answer)
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    tmp = tmp_path_factory.mktemp("abuse")
+@contextmanager
+def serving(tmp: Path, **env_extra: str) -> Iterator[Server]:
+    """A gunicorn serving the webhook app of this module over TLS on 127.0.0.1."""
     (tmp / "wh_abuse_app.py").write_text(textwrap.dedent(APP_MODULE))
     saved = {k: os.environ.get(k) for k in ("OPERATOR_KIT_TLS_CERT", "OPERATOR_KIT_TLS_KEY")}
     cert = WebhookCertificate.generate_for("localhost", ["localhost"], ip_addresses=["127.0.0.1"])
@@ -407,6 +409,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         "OPERATOR_KIT_BIND": f"127.0.0.1:{port}",
         "OPERATOR_KIT_READ_TIMEOUT": str(READ_TIMEOUT),
         "PYTHONPATH": os.pathsep.join([str(tmp), *sys.path]),
+        **env_extra,
     }
     for key in ("OPERATOR_KIT_TLS_DIR", "KUBERNETES_SERVICE_HOST", "OPERATOR_KIT_ACCESS_LOG"):
         env.pop(key, None)
@@ -433,6 +436,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         yield running
     finally:
         stop_process(process)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    with serving(tmp_path_factory.mktemp("abuse")) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
@@ -641,3 +650,92 @@ def test_idle_connections_hold_no_thread_and_stay_open_for_a_later_request(
             sock.close()
     log = server.log.read_text(errors="replace")
     assert log.count("was not received within") == warnings_before
+
+
+def closed_by_server(sock: socket.socket) -> bool:
+    """Whether the server has closed `sock` (without waiting)."""
+    readable, _, _ = select.select([sock], [], [], 0)
+    if not readable:
+        return False
+    try:
+        return sock.recv(1024) == b""
+    except ConnectionResetError:
+        return True
+
+
+def reviews_on_new_connections(server: Server, count: int, name: str) -> list[float]:
+    """`count` valid reviews, each on a connection of its own (the API server dials new
+    ones when its idle ones are in use); the latency of each, handshake included."""
+    latencies = []
+    for n in range(count):
+        client = ValidClient(server)
+        started = time.perf_counter()
+        status, answer = client.ask(3, f"{name}-{n}")
+        latencies.append(time.perf_counter() - started)
+        client.close()
+        assert (status, answer["response"]["uid"]) == (200, f"{name}-{n}")
+    return latencies
+
+
+def test_hundreds_of_silent_sockets_and_stalled_handshakes_hold_no_thread(
+    tmp_path: Path,
+) -> None:
+    """Anyone who can reach the port can open sockets and send nothing, or part of a TLS
+    ClientHello. Neither may hold one of the worker's threads: reviews on new connections
+    are answered at once, and each such socket is closed at its deadline (a warning only
+    for the ones that began a handshake)."""
+    read_timeout = 5.0
+    with serving(tmp_path, OPERATOR_KIT_READ_TIMEOUT=str(read_timeout)) as server:
+        opened = time.monotonic()
+        silent = [socket.create_connection(("127.0.0.1", server.port), timeout=10)
+                  for _ in range(300)]
+        stalled = [socket.create_connection(("127.0.0.1", server.port), timeout=10)
+                   for _ in range(30)]
+        try:
+            for sock in stalled:
+                sock.sendall(b"\x16\x03\x01\x02\x00")
+            time.sleep(0.3)
+            latencies = reviews_on_new_connections(server, 20, "beside-silent")
+            print(f"\n300 silent + 30 stalled sockets: 20 reviews on new connections, "
+                  f"max {max(latencies) * 1000:.0f} ms")
+            assert max(latencies) < 0.5, latencies
+            assert time.monotonic() - opened < read_timeout - 1
+            early = [n for n, sock in enumerate(silent + stalled) if closed_by_server(sock)]
+            assert early == [], early
+
+            time.sleep(read_timeout + 1.5 - (time.monotonic() - opened))  # their deadline
+            assert all(closed_by_server(sock) for sock in silent + stalled)
+        finally:
+            for sock in silent + stalled:
+                sock.close()
+        log = server.log.read_text(errors="replace")
+    assert log.count("was not received within") == len(stalled)
+    assert "Traceback" not in log
+
+
+def test_at_the_connection_cap_the_longest_idle_connection_makes_room(
+    tmp_path: Path,
+) -> None:
+    """gunicorn takes at most ``worker_connections`` at once. Idle sockets up to that cap
+    must not lock out the API server: the one that has waited longest without a request
+    is closed for a new one; a kept-alive connection between requests is never closed."""
+    with serving(tmp_path, GUNICORN_CMD_ARGS="--worker-connections 40",
+                 OPERATOR_KIT_READ_TIMEOUT="60") as capped:
+        kept = ValidClient(capped)
+        assert kept.ask(3, "before")[0] == 200
+        silent = []
+        try:
+            for _ in range(100):
+                silent.append(socket.create_connection(("127.0.0.1", capped.port), timeout=10))
+                time.sleep(0.005)
+            time.sleep(0.3)
+            latencies = reviews_on_new_connections(capped, 10, "at-the-cap")
+            assert max(latencies) < 0.5, latencies
+            assert kept.ask(3, "after")[0] == 200  # not closed to make room
+            closed = [closed_by_server(sock) for sock in silent]
+            assert all(closed[:50]), closed  # the oldest made room...
+            assert not any(closed[-20:]), closed  # ...the newest are still open
+        finally:
+            kept.close()
+            for sock in silent:
+                sock.close()
