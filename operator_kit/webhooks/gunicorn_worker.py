@@ -14,7 +14,7 @@ help: each byte resets it).
 - **A new connection costs no thread until its first request byte.** The poller (the
   worker's main loop) accepts it, wraps it in TLS without blocking and drives the
   handshake from readiness events, as Go's net/http does in a goroutine per connection.
-  A peer that sends nothing, or part of a ClientHello, costs a socket and a few KiB,
+  A peer that sends nothing, or part of a ClientHello, costs a socket and under a KiB,
   never a thread. Once the handshake is done the connection waits in the poller, as a
   kept-alive one does between requests (until ``keepalive``), and a thread takes it only
   when request bytes are readable. A handshake not done within
