@@ -71,8 +71,8 @@ def foreign_owner(obj: Mapping[str, Any], namespace: str, name: str) -> str | No
                     "fix: delete or rename the other operator that uses these names")
         return (f"{what} belongs to the installation in namespace {other_ns} (its {field} "
                 f"is {other_ns}/{other}); one installation per cluster: uninstall that one "
-                f"first (python -m operator_kit.manifests APP --namespace {other_ns} | "
-                f"kubectl delete -f -) or use it instead of installing in {namespace}")
+                f"first (python -m operator_kit.manifests APP --namespace {other_ns} "
+                f"--uninstall) or use it instead of installing in {namespace}")
     return None
 
 

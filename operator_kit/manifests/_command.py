@@ -10,6 +10,10 @@ DNS-1123 label, ``--certificate-secret`` a Secret name (a DNS-1123 subdomain),
 ``--image`` an image reference, ``--app-version`` a label value, ``--replicas`` a whole
 number of 0 or more, ``--kustomize`` a directory (or nothing yet). So is an unknown or
 incomplete flag (`operator_kit.settings.ArgumentParser`).
+
+``--uninstall`` deletes instead of printing, in the order that cannot hang
+(`operator_kit.client.uninstall`): the custom objects first, while the operator still
+runs its cleanups, then the stream's documents.
 """
 
 
@@ -56,6 +60,9 @@ def check_flags(args: argparse.Namespace) -> None:
     if args.replicas is not None:
         whole_number(str(args.replicas), "--replicas", minimum=0,
                      what="the number of replicas")
+    if args.timeout <= 0:
+        raise UsageError(f"--timeout={args.timeout:g}: give the seconds --uninstall may "
+                         "wait for the custom objects to go, more than 0")
     if args.kustomize is not None and os.path.exists(args.kustomize) \
             and not os.path.isdir(args.kustomize):
         raise UsageError(f"--kustomize={args.kustomize!r}: not a directory; give the "
@@ -103,6 +110,13 @@ def _run(argv: list[str] | None, *, operator: Operator | None, app: str | None,
                         help="the app.kubernetes.io/version label (default: the image's tag)")
     parser.add_argument("--kustomize", metavar="DIR", help="write a kustomize base into DIR "
                         "instead of printing one stream")
+    parser.add_argument("--uninstall", action="store_true",
+                        help="delete the installation from the cluster instead of printing "
+                        "it: every custom object first, while the operator still runs its "
+                        "cleanups, then the manifests (reads the current kubeconfig)")
+    parser.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
+                        help="how long --uninstall waits for the custom objects to go "
+                        "(default 300)")
     args = parser.parse_args(argv)
     check_flags(args)
     if operator is None:
@@ -134,6 +148,8 @@ def _run(argv: list[str] | None, *, operator: Operator | None, app: str | None,
             for problem in problems:
                 print(f"error: {problem}", file=sys.stderr)
             return 1
+    if args.uninstall:
+        return _uninstall(docs, namespace, operator.name, args.kubeconfig, args.timeout)
     if args.kustomize:
         for path in write_kustomize_base(args.kustomize, docs):
             print(f"wrote {path}", file=sys.stderr)
@@ -156,3 +172,36 @@ def _check(docs: list[dict[str, Any]], namespace: str, name: str,
               file=sys.stderr)
         return None
 
+
+
+def _uninstall(docs: list[dict[str, Any]], namespace: str, name: str,
+               kubeconfig: str | None, timeout: float) -> int:
+    """Run `operator_kit.client.uninstall` and say how it went: 0 when all is gone, 1
+    (each object left named, with the way out) when custom objects stayed, 2 when the
+    cluster cannot be read."""
+    from operator_kit.client.transport import Api, api_client, error_message
+    from operator_kit.client.uninstall import finalizer_patch_command, uninstall
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr)
+
+    try:
+        with api_client(kubeconfig) as client:
+            outcome = uninstall(Api(client), docs, timeout=timeout, say=say)
+    except Exception as err:  # noqa: BLE001 - one line for any cause (no kubeconfig, 403)
+        say(f"error: --uninstall: {error_message(err)}")
+        return 2
+    if outcome.leftovers:
+        for obj in outcome.leftovers:
+            say(f"error: {obj.describe()} after {timeout:g}s")
+        say(f"nothing else was deleted: the operator removes these finalizers once each "
+            f"cleanup has run, so it must be running (kubectl -n {namespace} get deployment "
+            f"{name}); start it, or see why its cleanup fails in its log and Events, and run "
+            f"this again. To give up a cleanup instead, drop the finalizer by hand:")
+        for obj in outcome.leftovers:
+            if obj.finalizers:
+                say(f"  {finalizer_patch_command(obj)}")
+        return 1
+    say(f"uninstalled {name} from namespace {namespace}: {outcome.objects_deleted} custom "
+        f"object(s) cleaned up, {len(outcome.documents_deleted)} document(s) deleted")
+    return 0

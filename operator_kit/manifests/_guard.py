@@ -162,7 +162,7 @@ def installation(operator: str, namespace: str, app: str, *, cluster_role: str,
                f"installation of {operator} in namespace ' + {owner} + ', and this change "
                f"would point it at another one (one installation per cluster): uninstall "
                f"that one first (python -m operator_kit.manifests {app} --namespace ' + "
-               f"{owner} + ' | kubectl delete -f -), or see what is in the way with "
+               f"{owner} + ' --uninstall), or see what is in the way with "
                f"python -m operator_kit.manifests {app} --namespace ' + variables.wanted + "
                f"' --check'")
     moved = "variables.new.filter(n, !(n in variables.old))"

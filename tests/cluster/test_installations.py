@@ -120,7 +120,7 @@ def test_a_second_installation_is_refused_clearly_and_the_first_keeps_working(
                          "error: ClusterRoleBinding backup-operator"}, lines
         for line in lines:
             assert f"belongs to the installation in namespace {team_a}" in line
-            assert f"--namespace {team_a} | kubectl delete -f -" in line
+            assert f"--namespace {team_a} --uninstall" in line
         assert manifests_check(cluster, team_a).returncode == 0  # re-applying team-a is fine
 
         # 2. team-b's whole stream applied anyway (no --check): team-a's installation
