@@ -86,6 +86,7 @@ class CustomResource:
     printer_columns: ClassVar[tuple[PrinterColumn, ...]] = ()
     storage: ClassVar[bool | None] = None  # True on the storage version if not the root
     served: ClassVar[bool] = True
+    deprecated: ClassVar[bool | str] = False  # True, or the warning clients are shown
     json_names: ClassVar[JsonNames] = "python"  # or "camelCase"; versions inherit the root's
     age_column: ClassVar[bool] = True  # add an Age column to the declared printer columns
     preferred: ClassVar[bool | None] = None  # True: this is the version kubectl shows

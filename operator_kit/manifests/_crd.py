@@ -79,6 +79,10 @@ def _version(cls: type[CustomResource], *, storage: bool) -> dict[str, Any]:
         "storage": storage,
         "schema": {"openAPIV3Schema": cls.openapi_schema()},
     }
+    if cls.deprecated:
+        entry["deprecated"] = True
+        if isinstance(cls.deprecated, str):
+            entry["deprecationWarning"] = cls.deprecated
     if cls.status_type() is not None:
         entry["subresources"] = {"status": {}}
     columns = cls.columns()

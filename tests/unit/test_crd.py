@@ -286,3 +286,36 @@ def test_with_conversion_webhook_checks_its_arguments() -> None:
         with_conversion_webhook({"kind": "Service"}, WebhookTarget("s", "n"))
     with pytest.raises(ValueError, match="path 'convert' must start with '/'"):
         with_conversion_webhook(crd(Backup), WebhookTarget("s", "n"), "convert")
+
+
+def test_a_deprecated_version_says_so_with_its_warning_and_the_others_do_not() -> None:
+    @dataclass
+    class Spec:
+        size: int = 0
+
+    class Old(CustomResource):
+        group = "deprecation.operator-kit.test"
+        version = "v1"
+        kind = "Old"
+        spec: Spec
+
+    class OldV2(CustomResource, version_of=Old):
+        version = "v2"
+        spec: Spec
+        storage = True
+
+    class OldV1beta1(CustomResource, version_of=Old):
+        version = "v1beta1"
+        spec: Spec
+        deprecated = True
+
+    Old.deprecated = "example.com/v1 Old is deprecated; use v2"
+    try:
+        versions = {v["name"]: v for v in crd(Old)["spec"]["versions"]}
+    finally:
+        del Old.deprecated
+    assert versions["v1"]["deprecated"] is True
+    assert versions["v1"]["deprecationWarning"] == "example.com/v1 Old is deprecated; use v2"
+    assert versions["v1beta1"]["deprecated"] is True
+    assert "deprecationWarning" not in versions["v1beta1"]
+    assert "deprecated" not in versions["v2"]
