@@ -41,6 +41,8 @@ from operator_kit.operator import Operator
 from operator_kit.runtime import filters
 from operator_kit.runtime.context import ALL_NAMESPACES, AlreadyOwned, Context
 from operator_kit.runtime.controller import Action, Controller, Index, Owns, Watch
+from operator_kit.webhooks.certificates import WebhookCertificate
+from operator_kit.webhooks.server import Webhooks
 
 # ``import operator_kit.filters`` and ``from operator_kit.filters import spec_changed``: the
 # path the docs have always given, for the module that now lives in the runtime layer.
@@ -82,6 +84,8 @@ __all__ = [
     "Sharding",
     "UniqueItems",
     "Watch",
+    "WebhookCertificate",
+    "Webhooks",
     "cel_rules",
     "filters",
     "find_condition",
