@@ -124,21 +124,27 @@ def merge_documents(condition: str, off: Sequence[dict[str, Any]],
 def _merge_sequences(condition: str, off: list[Any], on: list[Any], *,
                      key: Callable[[Any], Any], pair: Callable[[Any, Any], Any],
                      only: Callable[[str, Any], Any]) -> list[Any]:
-    """Items matched by `key` are `pair`ed; a run replaced by one of the same length, item
-    for item, when both are mappings (one changed field, not two copies); the rest are
-    `only` under the condition, or its negation."""
+    """Items matched by `key` are `pair`ed, and so are the mappings at the head of a
+    replaced run that have the same ``name`` (one changed field, not two copies); the rest
+    are `only` under the condition, or its negation."""
     matcher = difflib.SequenceMatcher(None, [key(x) for x in off], [key(x) for x in on],
                                       autojunk=False)
     out: list[Any] = []
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         olds, news = off[i1:i2], on[j1:j2]
-        if tag == "equal" or (tag == "replace" and len(olds) == len(news) and all(
-                isinstance(x, dict) for x in [*olds, *news])):
-            out += [pair(a, b) for a, b in zip(olds, news, strict=True)]
-            continue
-        out += [only(negate(condition), a) for a in olds]
-        out += [only(condition, b) for b in news]
+        same = len(olds) if tag == "equal" else 0
+        while same < min(len(olds), len(news)) and _same_item(olds[same], news[same]):
+            same += 1
+        out += [pair(a, b) for a, b in zip(olds[:same], news[:same], strict=True)]
+        out += [only(negate(condition), a) for a in olds[same:]]
+        out += [only(condition, b) for b in news[same:]]
     return out
+
+
+def _same_item(old: Any, new: Any) -> bool:
+    """Whether two list items are one item changed: equal, or mappings of one name."""
+    return old == new or (isinstance(old, dict) and isinstance(new, dict)
+                          and old.get("name") == new.get("name"))
 
 
 # -- writing ---------------------------------------------------------------------------
