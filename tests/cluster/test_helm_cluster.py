@@ -175,15 +175,33 @@ def test_helm_upgrade_to_one_replica_drops_the_disruption_budget(
 
 def test_a_second_installation_in_another_namespace_is_refused(
         cluster: TestCluster, installed: str, chart: Path, tmp_path: Path) -> None:
+    """Helm refuses objects another release owns; told to take them over, the installation
+    policy refuses re-pointing them (one installation per cluster), and the first
+    installation keeps them."""
     other = cluster.namespace("helm-second")
     try:
         done = run_helm("install", "second", str(chart), "--namespace", other.name,
                         "--kubeconfig", cluster.kubeconfig, home=tmp_path, check=False)
         assert done.returncode == 1, done.stdout
+        assert 'must equal "second": current value is "rel"' in done.stderr
+        taken = run_helm("install", "second", str(chart), "--namespace", other.name,
+                         "--kubeconfig", cluster.kubeconfig, "--take-ownership",
+                         home=tmp_path, check=False)
+        assert taken.returncode == 1, taken.stdout
+        for kind in ("CustomResourceDefinition gizmos.helm.operator-kit.test",
+                     "ClusterRoleBinding gizmo-operator",
+                     "ValidatingWebhookConfiguration gizmo-operator"):
+            assert (f"{kind} belongs to the installation of gizmo-operator in namespace "
+                    f"{installed}") in taken.stderr, taken.stderr
         binding = cluster.api.get(f"{RBAC}/clusterrolebindings/gizmo-operator")
         assert binding["subjects"][0]["namespace"] == installed, "the first one keeps it"
-        assert other.get("apps/v1", "Deployment", "gizmo-operator") is None
-    finally:
+        hooks = cluster.api.get(f"{HOOKS}/validatingwebhookconfigurations/gizmo-operator")
+        assert hooks["webhooks"][0]["clientConfig"]["service"]["namespace"] == installed
+        crd = cluster.api.get(GIZMO_CRD)
+        assert crd["metadata"]["labels"]["operator-kit.io/installation"] == installed
+    finally:  # the failed release's own objects (its guard policy is cluster-scoped)
+        run_helm("uninstall", "second", "--namespace", other.name, "--kubeconfig",
+                 cluster.kubeconfig, home=tmp_path, check=False)
         other.delete()
 
 
