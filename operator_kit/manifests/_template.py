@@ -8,9 +8,10 @@ find where they differ:
 - `merge(condition, off, on)` is one tree for two variants of the same documents: what
   both share stays as it is, and what differs becomes a `When` (present only if the
   condition holds, or only if it does not) or an `Either` (one value or the other).
-  Mappings are matched key by key and lists item by item (`difflib`), so a rule, an
-  environment variable or a volume that one variant lacks is one ``{{- if }}`` around
-  that item, not a second copy of the whole Deployment.
+  Mappings are matched key by key, lists item by item (`difflib`; a changed item that
+  keeps its ``name`` is merged field by field) and documents by kind and name
+  (`merge_documents`), so a rule, an environment variable or a volume that one variant
+  lacks is one ``{{- if }}`` around that item, not a second copy of the whole Deployment.
 - Values that change only *text* (the namespace, the image, a Secret's name) are left in
   the documents as unique tokens (`Holes`) and become template actions when written: a
   string holding one is written double-quoted, the token replaced by ``{{ action }}``
@@ -35,7 +36,8 @@ import yaml
 
 from operator_kit.manifests._yaml import Dumper
 
-__all__ = ["Block", "Either", "Holes", "Raw", "When", "merge", "negate", "render"]
+__all__ = ["Block", "Either", "Holes", "Raw", "When", "merge", "merge_documents", "negate",
+           "render"]
 
 
 @dataclass(frozen=True)

@@ -211,3 +211,12 @@ def test_values_the_operator_cannot_run_with_fail_the_render_saying_why(
                     *flags, home=tmp_path, check=False)
     assert done.returncode == 1 and not done.stdout
     assert message in done.stderr, done.stderr
+
+
+def test_a_namespace_that_looks_like_a_number_stays_a_string(tmp_path: Path) -> None:
+    write_helm_chart(tmp_path / "chart", backup_operator, app=BACKUP_APP)
+    docs = rendered(tmp_path / "chart", tmp_path, "--set-string", "namespace=123")
+    namespaced = [d for d in docs if "namespace" in d["metadata"]]
+    assert namespaced and all(d["metadata"]["namespace"] == "123" for d in namespaced)
+    (binding,) = [d for d in docs if d["kind"] == "ClusterRoleBinding"]
+    assert binding["subjects"][0]["namespace"] == "123"
