@@ -124,12 +124,14 @@ def test_values_render_what_the_generator_prints_with_the_same_settings(
     assert docs == as_helm_renders(expected, "backup-operator-0.2.0")
 
 
-@pytest.mark.parametrize(("elects", "flags", "replicas"), [
-    (False, [], 1), (True, [], 2), (True, ["--set", "replicas=3"], 3)],
-    ids=["one-replica", "leader-election", "leader-election-3"])
+@pytest.mark.parametrize(("operator", "flags", "replicas"), [
+    (report_operator(), [], 1), (report_operator(elects=True), [], 2),
+    (report_operator(elects=True), ["--set", "replicas=3"], 3),
+    (report_operator(shards=True), [], 3),
+    (report_operator(shards=True), ["--set", "replicas=1"], 1)],
+    ids=["one-replica", "leader-election", "leader-election-3", "sharded", "sharded-1"])
 def test_an_operator_without_webhooks_renders_its_own_command_line(
-        elects: bool, flags: list[str], replicas: int, tmp_path: Path) -> None:
-    operator = report_operator(elects=elects)
+        operator: Operator, flags: list[str], replicas: int, tmp_path: Path) -> None:
     write_helm_chart(tmp_path / "chart", operator, app="reports:operator",
                      image="example.com/report-operator:1.0.0")
     docs = rendered(tmp_path / "chart", tmp_path, "--namespace", "reports", *flags)

@@ -11,7 +11,15 @@ import pytest
 import yaml
 from backup_operator import operator as backup_operator
 
-from operator_kit import Action, Context, Controller, CustomResource, LeaderElection, Operator
+from operator_kit import (
+    Action,
+    Context,
+    Controller,
+    CustomResource,
+    LeaderElection,
+    Operator,
+    Sharding,
+)
 from operator_kit.manifests import helm_chart, operator_manifests, write_helm_chart
 from operator_kit.manifests.__main__ import main as manifests_main
 from operator_kit.manifests._helm import split_image
@@ -40,10 +48,11 @@ class ReportController(Controller[Report]):
         return Action.await_change()
 
 
-def report_operator(*, elects: bool = False) -> Operator:
+def report_operator(*, elects: bool = False, shards: bool = False) -> Operator:
     """An operator without webhooks: its Deployment runs ``python -m operator_kit``."""
     return Operator("report-operator", [ReportController()],
-                    leader_election=LeaderElection() if elects else None)
+                    leader_election=LeaderElection() if elects or shards else None,
+                    sharding=Sharding() if shards else None)
 
 
 # -- merging two variants ------------------------------------------------------------------
