@@ -267,7 +267,7 @@ def _values(operator: Operator, *, repository: str, tag: str, namespace: str | N
 
 # The namespace of the operator's objects; empty: the release's (helm install -n NS
 # --create-namespace).
-{block({"namespace": namespace or ""})}
+namespace: {json.dumps(namespace or "")}
 
 image:
   repository: {json.dumps(repository)}
@@ -279,7 +279,7 @@ image:
 # Secrets to pull the image with, e.g. [{{name: registry-credentials}}].
 imagePullSecrets: []
 
-{textwrap.fill(f"Default {why}.", 88, initial_indent="# ", subsequent_indent="# ")}
+{_comment(f"How many replicas run; the default {why}.")}
 replicas: {replicas}
 
 # The operator's container (requests and limits; ephemeral-storage counts its /tmp).
@@ -300,6 +300,10 @@ certificate:
   certificateName: {json.dumps((external.certificate or "") if external else "")}
 """
     return text
+
+
+def _comment(text: str) -> str:
+    return textwrap.fill(text, 88, initial_indent="# ", subsequent_indent="# ")
 
 
 _DNS_LABEL = r"^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)?$"
