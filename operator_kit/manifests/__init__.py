@@ -8,7 +8,9 @@
 - `webhook_configuration(name, mutating, target, rules, fail_closed)` with
   `WebhookTarget` and `WebhookRule`: Validating/MutatingWebhookConfigurations.
 - `to_yaml(docs)`: a deterministic YAML stream; `kustomize_base(docs)` /
-  `write_kustomize_base(dir, docs)`: the same documents as a kustomize base.
+  `write_kustomize_base(dir, docs)`: the same documents as a kustomize base;
+  `helm_chart(operator, app=...)` / `write_helm_chart(dir, operator, app=...)`: as a Helm
+  chart, its values (image, replicas, namespace, resources, certificate mode) put in.
 - `RecommendedLabels`: the ``app.kubernetes.io/*`` labels every document carries.
 
 ``python -m operator_kit.manifests MODULE:ATTR`` prints everything an operator needs, as
@@ -17,6 +19,7 @@
 
 from operator_kit.manifests._crd import crd, with_conversion_webhook
 from operator_kit.manifests._deploy import operator_manifests
+from operator_kit.manifests._helm import helm_chart, write_helm_chart
 from operator_kit.manifests._kustomize import kustomize_base, write_kustomize_base
 from operator_kit.manifests._labels import RecommendedLabels
 from operator_kit.manifests._rbac import LEASE_RULE, Rbac
@@ -35,11 +38,13 @@ __all__ = [
     "WebhookRule",
     "WebhookTarget",
     "crd",
+    "helm_chart",
     "kustomize_base",
     "operator_manifests",
     "to_yaml",
     "webhook_configuration",
     "webhook_name",
     "with_conversion_webhook",
+    "write_helm_chart",
     "write_kustomize_base",
 ]

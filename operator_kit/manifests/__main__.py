@@ -5,7 +5,9 @@ order — CRDs, RBAC, the webhook Service and the Deployment, webhook configurat
 ready for ``kubectl apply -f -``: the Namespace first (``--no-namespace`` leaves it
 out). ``--kustomize DIR`` writes the same documents as a kustomize base instead (one
 file per concern, a kustomization.yaml and a kustomizeconfig.yaml that keeps every
-reference right under an overlay's namePrefix; see `operator_kit.manifests._kustomize`).
+reference right under an overlay's namePrefix; see `operator_kit.manifests._kustomize`);
+``--helm DIR`` writes them as a Helm chart, the flags its values' defaults
+(`operator_kit.manifests._helm`).
 
 ``--check`` first reads the cluster of the current kubeconfig (or ``--kubeconfig``) and
 refuses — exit 1, one line per object on stderr, nothing on stdout — when the operator

@@ -8,8 +8,14 @@ A flag value the API server (or the kubelet) would refuse is refused first, as o
 on stderr naming the flag, with exit code 2 (`check_flags`): ``--namespace`` must be a
 DNS-1123 label, ``--certificate-secret`` a Secret name (a DNS-1123 subdomain),
 ``--image`` an image reference, ``--app-version`` a label value, ``--replicas`` a whole
-number of 0 or more, ``--kustomize`` a directory (or nothing yet). So is an unknown or
-incomplete flag (`operator_kit.settings.ArgumentParser`).
+number of 0 or more, ``--kustomize`` and ``--helm`` a directory (or nothing yet), and only
+one of them, ``--chart-version`` SemVer. So is an unknown or incomplete flag
+(`operator_kit.settings.ArgumentParser`).
+
+``--helm DIR`` writes a chart (`operator_kit.manifests._helm`) whose values default to the
+other flags: ``--image``, ``--replicas``, ``--namespace`` (otherwise the release's),
+``--certificate-secret`` (``certificate.mode: external``), ``--app-version`` (its
+appVersion).
 
 ``--uninstall`` deletes instead of printing, in the order that cannot hang
 (`operator_kit.client.uninstall`): the custom objects first, while the operator still
@@ -26,6 +32,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from operator_kit.manifests._deploy import operator_manifests
+from operator_kit.manifests._helm import SEMVER, write_helm_chart
 from operator_kit.manifests._kustomize import write_kustomize_base
 from operator_kit.manifests._yaml import to_yaml
 from operator_kit.settings import (
@@ -63,10 +70,18 @@ def check_flags(args: argparse.Namespace) -> None:
     if args.timeout <= 0:
         raise UsageError(f"--timeout={args.timeout:g}: give the seconds --uninstall may "
                          "wait for the custom objects to go, more than 0")
-    if args.kustomize is not None and os.path.exists(args.kustomize) \
-            and not os.path.isdir(args.kustomize):
-        raise UsageError(f"--kustomize={args.kustomize!r}: not a directory; give the "
-                         "directory to write the kustomize base into")
+    for flag, directory, what in (("--kustomize", args.kustomize, "the kustomize base"),
+                                  ("--helm", args.helm, "the Helm chart")):
+        if directory is not None and os.path.exists(directory) \
+                and not os.path.isdir(directory):
+            raise UsageError(f"{flag}={directory!r}: not a directory; give the directory to "
+                             f"write {what} into")
+    if args.kustomize is not None and args.helm is not None:
+        raise UsageError("--kustomize and --helm: give one of them (each writes the same "
+                         "documents in its own form)")
+    if args.chart_version is not None and not SEMVER.fullmatch(args.chart_version):
+        raise UsageError(f"--chart-version={args.chart_version!r}: not a SemVer 2 version, "
+                         "which Helm requires; give MAJOR.MINOR.PATCH, for example 0.1.0")
 
 
 def run(argv: list[str] | None = None, *, operator: Operator | None = None,
@@ -110,6 +125,10 @@ def _run(argv: list[str] | None, *, operator: Operator | None, app: str | None,
                         help="the app.kubernetes.io/version label (default: the image's tag)")
     parser.add_argument("--kustomize", metavar="DIR", help="write a kustomize base into DIR "
                         "instead of printing one stream")
+    parser.add_argument("--helm", metavar="DIR", help="write a Helm chart into DIR instead "
+                        "of printing one stream; the flags above are its values' defaults")
+    parser.add_argument("--chart-version", metavar="VERSION", help="the Helm chart's version "
+                        "(default: the app version if it is SemVer, else 0.1.0)")
     parser.add_argument("--uninstall", action="store_true",
                         help="delete the installation from the cluster instead of printing "
                         "it: every custom object first, while the operator still runs its "
@@ -150,6 +169,13 @@ def _run(argv: list[str] | None, *, operator: Operator | None, app: str | None,
             return 1
     if args.uninstall:
         return _uninstall(docs, namespace, operator.name, args.kubeconfig, args.timeout)
+    if args.helm:
+        for path in write_helm_chart(args.helm, operator, app=app, image=args.image,
+                                     namespace=args.namespace, replicas=args.replicas,
+                                     certificate=certificate, app_version=args.app_version,
+                                     chart_version=args.chart_version):
+            print(f"wrote {path}", file=sys.stderr)
+        return 0
     if args.kustomize:
         for path in write_kustomize_base(args.kustomize, docs):
             print(f"wrote {path}", file=sys.stderr)

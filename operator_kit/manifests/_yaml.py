@@ -13,8 +13,9 @@ from typing import Any
 import yaml
 
 
-class _Dumper(yaml.SafeDumper):
-    """Block style, list items indented under their key, multi-line strings as blocks."""
+class Dumper(yaml.SafeDumper):
+    """Block style, list items indented under their key, multi-line strings as blocks (the
+    Helm chart's templates dump their literal parts with it too)."""
 
     def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
         super().increase_indent(flow, False)
@@ -25,12 +26,12 @@ def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
 
-_Dumper.add_representer(str, _str)
+Dumper.add_representer(str, _str)
 
 
 def to_yaml(docs: Iterable[Mapping[str, Any]]) -> str:
     """The documents as one YAML stream, separated by ``---``."""
     return yaml.dump_all(
-        [dict(doc) for doc in docs], Dumper=_Dumper, sort_keys=False,
+        [dict(doc) for doc in docs], Dumper=Dumper, sort_keys=False,
         default_flow_style=False, explicit_start=True, width=100, allow_unicode=True,
     )
