@@ -11,7 +11,9 @@ managers do, the probes and the metrics on ports of their own:
   ``~/.kube/config``; several files are merged as kubectl merges them.
 - ``--log-level LEVEL`` (``OPERATOR_KIT_LOG_LEVEL``): debug, info (default), warning,
   error, critical.
-- ``--log-format text|json`` (``OPERATOR_KIT_LOG_FORMAT``): default: text.
+- ``--log-format text|json`` (``OPERATOR_KIT_LOG_FORMAT``): default: text; json has zap's
+  keys, as controller-runtime's operators (`operator_kit.logs`). The client libraries'
+  DEBUG lines only with ``OPERATOR_KIT_LOG_LIBRARIES=1``.
 - ``--health-probe-bind-address ADDR`` (``OPERATOR_KIT_HEALTH_PROBE_BIND_ADDRESS``):
   default ``:8081`` in a pod, else ``127.0.0.1:8081``.
 - ``--metrics-bind-address ADDR`` (``OPERATOR_KIT_METRICS_BIND_ADDRESS``): default
@@ -54,6 +56,7 @@ from operator_kit.client.kubeconfig import split as kubeconfig_paths
 from operator_kit.probes import HttpServer
 from operator_kit.settings import (
     ENV,
+    LOG_LIBRARIES_ENV,
     METRICS_PORT,
     NAME_ENV,
     PROBE_PORT,
@@ -62,6 +65,7 @@ from operator_kit.settings import (
     Settings,
     UsageError,
     check_name,
+    env_bool,
     env_names,
     parse_address,
 )
@@ -145,6 +149,7 @@ def parse(argv: list[str], *, prog: str = "operator", version: str = "",
     fmt, fmt_where = value("log_format")
     if fmt is not None and fmt not in logs.FORMATS:
         raise UsageError(f"{fmt_where} {fmt!r} is not a log format; use text or json")
+    libraries = env_bool(LOG_LIBRARIES_ENV, False, env)
     kubeconfig, kube_where = value("kubeconfig")
     if kubeconfig is not None:
         _check_kubeconfig(kubeconfig, kube_where)
@@ -164,7 +169,8 @@ def parse(argv: list[str], *, prog: str = "operator", version: str = "",
         addresses.append(parse_address(text, from_))
     return Settings(namespace=namespaces[0], watch_namespace=namespaces[1],
                     kubeconfig=kubeconfig, log_level=(level or "info").lower(),
-                    log_format=fmt or "text", health_probe_bind_address=addresses[0],
+                    log_format=fmt or "text", log_libraries=libraries,
+                    health_probe_bind_address=addresses[0],
                     metrics_bind_address=addresses[1])
 
 
@@ -280,7 +286,8 @@ def main(operator: Operator, argv: list[str] | None = None,
 
         return manifests(settings.manifests, operator=operator,
                          app=f"{module or 'main'}:operator", prog=f"{prog} --manifests")
-    logs.configure(settings.log_level, settings.log_format)
+    logs.configure(settings.log_level, settings.log_format,
+                   libraries=settings.log_libraries)
     apply_environment(operator, settings)
     try:
         _check_connection_settings(operator)

@@ -34,8 +34,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import NoReturn
 
-__all__ = ["ENV", "LABEL_VALUE_RULE", "NAME_ENV", "Address", "ArgumentParser", "Settings",
-           "UsageError", "check_bind", "check_image", "check_name",
+__all__ = ["ENV", "LABEL_VALUE_RULE", "LOG_LIBRARIES_ENV", "NAME_ENV", "Address",
+           "ArgumentParser", "Settings", "UsageError", "check_bind", "check_image", "check_name",
            "env_bool", "env_choice", "env_float", "env_int", "env_names", "env_text",
            "is_label_value", "number", "parse_address", "whole_number"]
 
@@ -56,6 +56,8 @@ ENV = {
     "health_probe_bind_address": "OPERATOR_KIT_HEALTH_PROBE_BIND_ADDRESS",
     "metrics_bind_address": "OPERATOR_KIT_METRICS_BIND_ADDRESS",
 }
+# A yes or no: the HTTP and Kubernetes client libraries' DEBUG lines too (`logs.configure`).
+LOG_LIBRARIES_ENV = "OPERATOR_KIT_LOG_LIBRARIES"
 PROBE_PORT, METRICS_PORT = 8081, 8080
 
 
@@ -82,6 +84,7 @@ class Settings:
     kubeconfig: str | None = None
     log_level: str = "info"
     log_format: str = "text"
+    log_libraries: bool = False
     health_probe_bind_address: Address | None = None
     metrics_bind_address: Address | None = None
     manifests: list[str] | None = None

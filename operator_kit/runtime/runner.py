@@ -332,7 +332,9 @@ class ControllerRunner:
                 self.stop.wait(0.5)
                 continue
             try:
-                with logs.reconciling(self.name, *key):  # every line logged carries the key
+                # every line logged carries the key
+                with logs.reconciling(self.name, *key, kind=self._owner_kind,
+                                      group=self._owner_group):
                     self._process(key)
             except Exception:
                 log.exception("%s: unexpected error handling %s; retrying it with backoff",
@@ -453,8 +455,9 @@ class ControllerRunner:
         delay = self.queue.add_failure(
             key, at_least=self.controller.max_backoff if owned_elsewhere else 0.0)
         message = error_message(err)
-        log.error("%s: reconcile of %s failed (attempt %d, retrying in %.1fs): %s",
-                  self.name, describe(key), self.queue.failures(key), delay, message,
+        log.error("%s: reconcile of %s failed (attempt %d, retrying in %.1fs)",
+                  self.name, describe(key), self.queue.failures(key), delay,
+                  extra=logs.failure(err, message),
                   exc_info=not isinstance(err, ApiException | TypeError | AlreadyOwned))
         if not owned_elsewhere:
             # The same failure again is the same note, so its Event's count rises.

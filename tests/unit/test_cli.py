@@ -155,6 +155,11 @@ def test_zero_turns_a_server_off() -> None:
     assert settings.metrics_bind_address is None
 
 
+def test_the_client_libraries_debug_lines_are_asked_for_in_the_environment() -> None:
+    assert parse([], environ={}).log_libraries is False
+    assert parse([], environ={"OPERATOR_KIT_LOG_LIBRARIES": "yes"}).log_libraries is True
+
+
 def test_manifests_takes_every_flag_after_it() -> None:
     assert parse(["--manifests", "--namespace", "x"], environ={}).manifests == [
         "--namespace", "x"]
@@ -164,6 +169,8 @@ def test_manifests_takes_every_flag_after_it() -> None:
     (["--log-level", "loud"], {}, "--log-level 'loud' is not a log level; use one of debug"),
     ([], {"OPERATOR_KIT_LOG_LEVEL": "loud"}, "OPERATOR_KIT_LOG_LEVEL 'loud' is not a log"),
     (["--log-format", "xml"], {}, "--log-format 'xml' is not a log format; use text or json"),
+    ([], {"OPERATOR_KIT_LOG_LIBRARIES": "loud"}, "OPERATOR_KIT_LOG_LIBRARIES='loud': "
+     "neither yes nor no; use 1, true, yes or on to turn it on"),
     (["--metrics-bind-address", "8080"], {}, "--metrics-bind-address '8080' is not an "
      "address; give HOST:PORT or :PORT"),
     ([], {"OPERATOR_KIT_HEALTH_PROBE_BIND_ADDRESS": "host:http"},
@@ -430,8 +437,8 @@ def test_json_log_format_makes_every_line_one_json_object(
                           "--health-probe-bind-address", "0", "--metrics-bind-address", "0"],
                          capsys, run=run)
     lines = [json.loads(line) for line in err.splitlines()]
-    assert {"time", "level", "logger", "message"} <= set(lines[-1])
-    assert lines[-1]["message"] == "hello"
+    assert {"ts", "level", "logger", "msg"} <= set(lines[-1])
+    assert lines[-1]["msg"] == "hello"
 
 
 @pytest.mark.parametrize(("argv", "says"), [
