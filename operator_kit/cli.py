@@ -18,6 +18,10 @@ managers do, the probes and the metrics on ports of their own:
   default ``:8081`` in a pod, else ``127.0.0.1:8081``.
 - ``--metrics-bind-address ADDR`` (``OPERATOR_KIT_METRICS_BIND_ADDRESS``): default
   ``:8080`` in a pod, else ``127.0.0.1:8080``.
+- ``--leader-elect`` / ``--no-leader-elect`` (``OPERATOR_KIT_LEADER_ELECT``, a yes or
+  no): run the controllers only while this replica holds the Lease, or at once; default:
+  as the Operator declares (``leader_election``). ``--leader-elect`` on an Operator that
+  declares none elects with `LeaderElection`'s defaults; an Operator that shards needs it.
 - ``--manifests ...``: print the manifests and exit (the flags of
   ``python -m operator_kit.manifests`` follow it).
 - ``--help``, ``--version``.
@@ -43,16 +47,19 @@ the fix, and exit code 2; never a traceback.
 from __future__ import annotations
 
 import argparse
+import configparser
 import importlib.metadata
 import logging
 import os
+import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, NoReturn
 
 from operator_kit import logs
 from operator_kit._version import __version__ as kit_version
 from operator_kit.client.kubeconfig import split as kubeconfig_paths
+from operator_kit.election.leader import LeaderElection
 from operator_kit.probes import HttpServer
 from operator_kit.settings import (
     ENV,
@@ -67,6 +74,7 @@ from operator_kit.settings import (
     check_name,
     env_bool,
     env_names,
+    env_text,
     parse_address,
 )
 
@@ -117,6 +125,10 @@ def _parser(prog: str, version: str) -> argparse.ArgumentParser:
     parser.add_argument("--metrics-bind-address", metavar="ADDR", help="where /metrics is "
                         f"served; 0 turns it off (${ENV['metrics_bind_address']}; default: "
                         f":{METRICS_PORT} in a pod, else 127.0.0.1:{METRICS_PORT})")
+    parser.add_argument("--leader-elect", action=argparse.BooleanOptionalAction,
+                        help="run the controllers only while this replica holds the Lease "
+                        f"(${ENV['leader_elect']}, a yes or no; default: as the operator "
+                        "declares)")
     parser.add_argument("--manifests", nargs=argparse.REMAINDER, metavar="...",
                         help="print the operator's manifests (for kubectl apply -f -) and "
                         "exit; what follows are the flags of python -m operator_kit.manifests")
@@ -150,6 +162,8 @@ def parse(argv: list[str], *, prog: str = "operator", version: str = "",
     if fmt is not None and fmt not in logs.FORMATS:
         raise UsageError(f"{fmt_where} {fmt!r} is not a log format; use text or json")
     libraries = env_bool(LOG_LIBRARIES_ENV, False, env)
+    leader_elect = args.leader_elect if args.leader_elect is not None else _env_yes_no(
+        ENV["leader_elect"], env)
     kubeconfig, kube_where = value("kubeconfig")
     if kubeconfig is not None:
         _check_kubeconfig(kubeconfig, kube_where)
@@ -171,7 +185,12 @@ def parse(argv: list[str], *, prog: str = "operator", version: str = "",
                     kubeconfig=kubeconfig, log_level=(level or "info").lower(),
                     log_format=fmt or "text", log_libraries=libraries,
                     health_probe_bind_address=addresses[0],
-                    metrics_bind_address=addresses[1])
+                    metrics_bind_address=addresses[1], leader_elect=leader_elect)
+
+
+def _env_yes_no(name: str, environ: Mapping[str, str] | None = None) -> bool | None:
+    """Variable `name` as a yes or no (`env_bool`), None when it is unset or blank."""
+    return None if env_text(name, environ) is None else env_bool(name, False, environ)
 
 
 def _check_kubeconfig(value: str, where: str) -> None:
@@ -200,7 +219,15 @@ def apply_environment(operator: Operator, settings: Settings | None = None) -> N
     names = env_names(namespaces=settings is None)
     if settings is None:
         settings = Settings(namespace=names.get("namespace"),
-                            watch_namespace=names.get("watch_namespace"))
+                            watch_namespace=names.get("watch_namespace"),
+                            leader_elect=_env_yes_no(ENV["leader_elect"]))
+    if settings.leader_elect is False and operator.sharding is not None:
+        raise UsageError(f"--no-leader-elect ({ENV['leader_elect']}=0): operator "
+                         f"{operator.name} shards its objects, and the elected replica "
+                         "assigns them; drop the flag or the variable")
+    if settings.leader_elect is not None:
+        operator.leader_election = (operator.leader_election or LeaderElection()
+                                    if settings.leader_elect else None)
     if settings.namespace:
         operator.namespace = settings.namespace
     if settings.kubeconfig:
@@ -243,8 +270,11 @@ def servers(operator: Operator, settings: Settings) -> list[HttpServer]:
 
 # -- main --------------------------------------------------------------------------------
 
-def _program() -> tuple[str, str]:
-    """(how the user ran us, the module passed to -m or "")."""
+def _program(app: str | None = None) -> tuple[str, str]:
+    """(how the user ran us, the operator's module or ""): under ``python -m
+    operator_kit MODULE:ATTR`` (`app`) that MODULE, not operator_kit."""
+    if app:
+        return f"python -m operator_kit {app}", app.partition(":")[0]
     module = sys.modules.get("__main__")
     spec = getattr(getattr(module, "__spec__", None), "name", None)
     if spec:
@@ -254,26 +284,64 @@ def _program() -> tuple[str, str]:
 
 
 def _version(operator: Operator, module: str) -> str:
-    """``<operator> <its package's version> (operator_kit <version>)``."""
+    """``<operator> <its package's version> (operator_kit <version>)``. The package's
+    version is its ``__version__``, else the one its checkout declares (a pyproject.toml
+    or setup.cfg beside it or one folder up, as on PYTHONPATH), else the installed
+    distribution's; "(unknown version)" when none says."""
     package = module.partition(".")[0]
-    mine = "(unknown version)"
+    found = None
     if package:
-        found = getattr(sys.modules.get(package), "__version__", None)
+        imported = sys.modules.get(package)
+        found = getattr(imported, "__version__", None) or _checkout_version(
+            getattr(imported, "__file__", None))
         for dist in importlib.metadata.packages_distributions().get(package, []):
+            if found:
+                break
             try:
                 found = importlib.metadata.version(dist)
-                break
             except importlib.metadata.PackageNotFoundError:
                 continue
-        mine = str(found) if found else mine
-    return f"{operator.name} {mine} (operator_kit {kit_version})"
+    return f"{operator.name} {found or '(unknown version)'} (operator_kit {kit_version})"
+
+
+# pyproject.toml's [project] table, and its static version (Python 3.10 has no tomllib)
+_PROJECT_TABLE = re.compile(r"^\[project\][ \t]*$(.*?)(?=^\[|\Z)", re.M | re.S)
+_VERSION_KEY = re.compile(r"""^version\s*=\s*["']([^"'\n]+)["']""", re.M)
+
+
+def _checkout_version(init_file: str | None) -> str | None:
+    """The version the project around a package's ``__init__.py`` declares: the nearest
+    pyproject.toml's ``[project] version``, else setup.cfg's ``[metadata] version``, in
+    the package's parent folder (``src/``-less layout) or the one above (``src/``)."""
+    if not init_file:
+        return None
+    folder = os.path.dirname(os.path.dirname(os.path.abspath(init_file)))
+    for project in (folder, os.path.dirname(folder)):
+        try:
+            with open(os.path.join(project, "pyproject.toml"), encoding="utf-8") as file:
+                section = _PROJECT_TABLE.search(file.read())
+        except (OSError, UnicodeDecodeError):
+            section = None
+        found = _VERSION_KEY.search(section.group(1)) if section else None
+        if found:
+            return found.group(1)
+        config = configparser.ConfigParser()
+        try:
+            config.read(os.path.join(project, "setup.cfg"), encoding="utf-8")
+        except configparser.Error:
+            continue
+        version = config.get("metadata", "version", fallback="").strip()
+        if version and not version.startswith(("attr:", "file:")):
+            return version
+    return None
 
 
 def main(operator: Operator, argv: list[str] | None = None,
-         run: Callable[[], int] | None = None) -> int:
+         run: Callable[[], int] | None = None, *, app: str | None = None) -> int:
     """Parse `argv` (default: sys.argv[1:]), then print the manifests or run `operator`
-    with its probe and metrics servers. Returns the exit code."""
-    prog, module = _program()
+    with its probe and metrics servers. Returns the exit code. `app` is the
+    ``MODULE:ATTR`` the operator was loaded from, under ``python -m operator_kit``."""
+    prog, module = _program(app)
     args = sys.argv[1:] if argv is None else argv
     try:
         settings = parse(args, prog=prog, version=_version(operator, module))
@@ -285,11 +353,12 @@ def main(operator: Operator, argv: list[str] | None = None,
         from operator_kit.manifests._command import run as manifests
 
         return manifests(settings.manifests, operator=operator,
-                         app=f"{module or 'main'}:operator", prog=f"{prog} --manifests")
+                         app=app or f"{module or 'main'}:operator",
+                         prog=f"{prog} --manifests")
     logs.configure(settings.log_level, settings.log_format,
                    libraries=settings.log_libraries)
-    apply_environment(operator, settings)
     try:
+        apply_environment(operator, settings)
         _check_connection_settings(operator)
         bound = servers(operator, settings)
     except UsageError as err:

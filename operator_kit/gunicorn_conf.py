@@ -202,7 +202,9 @@ def _check_environment() -> None:
         # The worker reads it again (`ThreadWorker`), by the same rule.
         env_float("OPERATOR_KIT_READ_TIMEOUT", DEFAULT_READ_TIMEOUT, above=0,
                   what="the seconds a request may take to arrive in full")
-        for name in ("OPERATOR_KIT_ACCESS_LOG", "OPERATOR_KIT_INSECURE_HTTP"):
+        # OPERATOR_KIT_LEADER_ELECT: the worker's Operator reads it (`apply_environment`)
+        for name in ("OPERATOR_KIT_ACCESS_LOG", "OPERATOR_KIT_INSECURE_HTTP",
+                     "OPERATOR_KIT_LEADER_ELECT"):
             _flag(name)
         _managed()
         spec = env_text(APP_ENV)

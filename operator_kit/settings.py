@@ -55,6 +55,7 @@ ENV = {
     "log_format": "OPERATOR_KIT_LOG_FORMAT",
     "health_probe_bind_address": "OPERATOR_KIT_HEALTH_PROBE_BIND_ADDRESS",
     "metrics_bind_address": "OPERATOR_KIT_METRICS_BIND_ADDRESS",
+    "leader_elect": "OPERATOR_KIT_LEADER_ELECT",
 }
 # A yes or no: the HTTP and Kubernetes client libraries' DEBUG lines too (`logs.configure`).
 LOG_LIBRARIES_ENV = "OPERATOR_KIT_LOG_LIBRARIES"
@@ -88,6 +89,8 @@ class Settings:
     health_probe_bind_address: Address | None = None
     metrics_bind_address: Address | None = None
     manifests: list[str] | None = None
+    # None: as the Operator declares (its ``leader_election``)
+    leader_elect: bool | None = None
 
 
 def parse_address(text: str, where: str) -> Address | None:

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import socket
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -20,7 +23,16 @@ from typing import Any
 
 import pytest
 
-from operator_kit import Action, Context, Controller, CustomResource, Operator, cli
+from operator_kit import (
+    Action,
+    Context,
+    Controller,
+    CustomResource,
+    LeaderElection,
+    Operator,
+    Sharding,
+    cli,
+)
 from operator_kit.cli import Address, Settings, UsageError, apply_environment, parse
 from operator_kit.localcluster.plane import free_port
 
@@ -231,7 +243,8 @@ def test_help_lists_every_flag_and_exits_0(capsys: pytest.CaptureFixture[str]) -
     assert code == 0
     for flag in ("--version", "--namespace", "--watch-namespace", "--kubeconfig",
                  "--log-level", "--log-format", "--health-probe-bind-address",
-                 "--metrics-bind-address", "--manifests"):
+                 "--metrics-bind-address", "--leader-elect", "--no-leader-elect",
+                 "--manifests"):
         assert flag in out
 
 
@@ -460,3 +473,112 @@ def test_python_dash_m_operator_with_bad_input_prints_one_line_and_exits_2(
     assert result.stderr.startswith("python -m backup_operator: error: ")
     assert result.stderr.count("\n") == 1 and says in result.stderr
     assert "Traceback" not in result.stderr
+
+
+# -- leader election ---------------------------------------------------------------------
+
+@pytest.mark.parametrize(("argv", "environ", "expected"), [
+    ([], {}, None),
+    (["--leader-elect"], {}, True),
+    (["--no-leader-elect"], {}, False),
+    ([], {"OPERATOR_KIT_LEADER_ELECT": "yes"}, True),
+    ([], {"OPERATOR_KIT_LEADER_ELECT": "off"}, False),
+    (["--no-leader-elect"], {"OPERATOR_KIT_LEADER_ELECT": "1"}, False),
+])
+def test_leader_elect_is_read_from_the_flag_then_the_environment(
+        argv: list[str], environ: dict[str, str], expected: bool | None) -> None:
+    assert parse(argv, environ=environ).leader_elect is expected
+
+
+def test_a_bad_leader_elect_variable_names_the_yes_or_no() -> None:
+    with pytest.raises(UsageError, match="OPERATOR_KIT_LEADER_ELECT='sometimes': neither "
+                                         "yes nor no"):
+        parse([], environ={"OPERATOR_KIT_LEADER_ELECT": "sometimes"})
+
+
+@pytest.mark.parametrize(("declared", "argv", "elects"), [
+    (None, [], False),
+    (LeaderElection(lease_duration=30), [], True),
+    (None, ["--leader-elect"], True),
+    (LeaderElection(lease_duration=30), ["--no-leader-elect"], False),
+])
+def test_leader_elect_overrides_what_the_operator_declares(
+        capsys: pytest.CaptureFixture[str], kubeconfig: Path,
+        declared: LeaderElection | None, argv: list[str], elects: bool) -> None:
+    operator = Operator("op", [ThingController()], leader_election=declared)
+    seen: list[LeaderElection | None] = []
+    run_main(operator, ["--kubeconfig", str(kubeconfig), "--health-probe-bind-address", "0",
+                        "--metrics-bind-address", "0", *argv], capsys,
+             run=lambda: seen.append(operator.leader_election) or 0)
+    assert (seen[0] is not None) is elects
+    if declared is not None and elects:
+        assert seen[0] is declared  # its own settings are kept
+    if declared is None and elects:
+        assert seen[0] == LeaderElection()
+
+
+def test_no_leader_elect_on_a_sharded_operator_is_a_usage_error(
+        capsys: pytest.CaptureFixture[str], kubeconfig: Path) -> None:
+    operator = Operator("op", [ThingController()], leader_election=LeaderElection(),
+                        sharding=Sharding())
+    code, _, err = run_main(operator, ["--kubeconfig", str(kubeconfig), "--no-leader-elect"],
+                            capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "--no-leader-elect (OPERATOR_KIT_LEADER_ELECT=0): operator op shards" in err
+    assert operator.leader_election is not None
+
+
+# -- --version ---------------------------------------------------------------------------
+
+def checkout(root: Path, project_file: str, text: str, *, src: bool = False) -> Path:
+    """A project checkout holding the package my_op (an Operator my-op), not installed;
+    returns the folder to put on PYTHONPATH."""
+    (root / project_file).write_text(text)
+    folder = root / "src" if src else root
+    package = folder / "my_op"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(
+        "from operator_kit import Operator\n\noperator = Operator('my-op')\n")
+    (package / "__main__.py").write_text(
+        "import sys\n\nfrom my_op import operator\n\nsys.exit(operator.main())\n")
+    return folder
+
+
+@pytest.mark.parametrize(("project_file", "text", "src"), [
+    ("pyproject.toml", '[build-system]\nrequires = ["setuptools"]\n\n[project]\n'
+     'name = "my-op"\nversion = "2.3.4"\n\n[tool.x]\nversion = "9"\n', False),
+    ("pyproject.toml", "[project]\nname = 'my-op'\nversion = '2.3.4'\n", True),
+    ("setup.cfg", "[metadata]\nname = my-op\nversion = 2.3.4\n", False),
+])
+@pytest.mark.parametrize("how", ["package", "operator_kit"])
+def test_version_of_an_operator_run_from_a_checkout_on_pythonpath(
+        tmp_path: Path, project_file: str, text: str, src: bool, how: str) -> None:
+    import operator_kit
+
+    folder = checkout(tmp_path, project_file, text, src=src)
+    root = Path(operator_kit.__file__).parents[1]
+    args = ["my_op"] if how == "package" else ["operator_kit", "my_op:operator"]
+    result = subprocess.run([sys.executable, "-m", *args, "--version"], cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": f"{folder}:{root}"},
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"my-op 2.3.4 (operator_kit {operator_kit.__version__})\n"
+
+
+def test_python_dash_m_operator_kit_names_the_app_in_its_messages(tmp_path: Path) -> None:
+    import operator_kit
+
+    folder = checkout(tmp_path, "setup.cfg", "[metadata]\nversion = 1\n")
+    root = Path(operator_kit.__file__).parents[1]
+    result = subprocess.run([sys.executable, "-m", "operator_kit", "my_op:operator", "--bogus"],
+                            cwd=tmp_path, env={**os.environ, "PYTHONPATH": f"{folder}:{root}"},
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 2
+    assert result.stderr.startswith("python -m operator_kit my_op:operator: error: "
+                                    "unrecognized arguments: --bogus")
+
+
+def test_without_a_version_anywhere_it_says_unknown(tmp_path: Path) -> None:
+    assert cli._checkout_version(str(tmp_path / "pkg" / "__init__.py")) is None
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\ndynamic = ['version']\n")
+    assert cli._checkout_version(str(tmp_path / "pkg" / "__init__.py")) is None
