@@ -6,7 +6,8 @@ managers do, the probes and the metrics on ports of their own:
 
 - ``--namespace NS`` (``OPERATOR_KIT_NAMESPACE``): where the operator runs; default: the
   pod's, or the kubeconfig context's.
-- ``--watch-namespace NS`` (``OPERATOR_KIT_WATCH_NAMESPACE``): default: all namespaces.
+- ``--watch-namespace NS[,NS...]`` (``OPERATOR_KIT_WATCH_NAMESPACE``), repeatable: the
+  namespaces to watch; default: all namespaces.
 - ``--kubeconfig PATH[:PATH...]`` (``KUBECONFIG``): default: in-cluster, else
   ``~/.kube/config``; several files are merged as kubectl merges them.
 - ``--log-level LEVEL`` (``OPERATOR_KIT_LOG_LEVEL``): debug, info (default), warning,
@@ -28,7 +29,8 @@ managers do, the probes and the metrics on ports of their own:
 
 ``--namespace`` is where the operator itself runs (its Lease and webhook Secret live
 there), as for ``--manifests --namespace``; ``--watch-namespace`` restricts the
-controllers of namespaced kinds that would otherwise watch every namespace. An address
+controllers of namespaced kinds that would otherwise watch every namespace (several
+namespaces: one watch per namespace, `Controller.watch_namespaces`). An address
 is ``HOST:PORT`` or ``:PORT`` (every interface); ``0`` turns that server off; both flags
 may name one address, which then serves all three paths. The probe server answers
 ``/livez`` and ``/readyz``, the metrics server ``/metrics``, with the same views gunicorn
@@ -75,6 +77,7 @@ from operator_kit.settings import (
     env_bool,
     env_names,
     env_text,
+    namespace_list,
     parse_address,
 )
 
@@ -110,8 +113,9 @@ def _parser(prog: str, version: str) -> argparse.ArgumentParser:
     parser.add_argument("--namespace", metavar="NS", help="the namespace the operator runs "
                         f"in: its Lease and webhook Secret live there (${ENV['namespace']}; "
                         "default: the pod's, or the kubeconfig context's)")
-    parser.add_argument("--watch-namespace", metavar="NS", help="watch only this namespace "
-                        f"(${ENV['watch_namespace']}; default: all namespaces)")
+    parser.add_argument("--watch-namespace", metavar="NS[,NS...]", action="append",
+                        help="watch only these namespaces; repeat it or join names with "
+                        f"commas (${ENV['watch_namespace']}; default: all namespaces)")
     parser.add_argument("--kubeconfig", metavar="PATH", help="the cluster to connect to "
                         "($KUBECONFIG; default: in-cluster, else ~/.kube/config)")
     parser.add_argument("--log-level", metavar="LEVEL", help=f"{', '.join(logs.LEVELS)} "
@@ -168,11 +172,13 @@ def parse(argv: list[str], *, prog: str = "operator", version: str = "",
     if kubeconfig is not None:
         _check_kubeconfig(kubeconfig, kube_where)
     env_names(env, namespaces=False)  # NAME_ENV's: `apply_environment` sets them
-    namespaces = []
-    for name in ("namespace", "watch_namespace"):
-        given, where = value(name)
-        namespaces.append(None if given is None else
-                          check_name(given, where, what="a namespace name"))
+    namespace, where = value("namespace")
+    if namespace is not None:
+        check_name(namespace, where, what="a namespace name")
+    watched = (",".join(args.watch_namespace) if args.watch_namespace
+               else env.get(ENV["watch_namespace"]) or None)
+    watch_namespaces = () if watched is None else namespace_list(
+        watched, "--watch-namespace" if args.watch_namespace else ENV["watch_namespace"])
     in_pod = bool(env.get("KUBERNETES_SERVICE_HOST"))
     addresses = []
     for name, port in (("health_probe_bind_address", PROBE_PORT),
@@ -181,7 +187,7 @@ def parse(argv: list[str], *, prog: str = "operator", version: str = "",
         if text is None:
             text = f":{port}" if in_pod else f"127.0.0.1:{port}"
         addresses.append(parse_address(text, from_))
-    return Settings(namespace=namespaces[0], watch_namespace=namespaces[1],
+    return Settings(namespace=namespace, watch_namespaces=watch_namespaces,
                     kubeconfig=kubeconfig, log_level=(level or "info").lower(),
                     log_format=fmt or "text", log_libraries=libraries,
                     health_probe_bind_address=addresses[0],
@@ -218,8 +224,9 @@ def apply_environment(operator: Operator, settings: Settings | None = None) -> N
     variable that is not a valid name (`operator_kit.settings.env_names`)."""
     names = env_names(namespaces=settings is None)
     if settings is None:
+        listed = names.get("watch_namespace")
         settings = Settings(namespace=names.get("namespace"),
-                            watch_namespace=names.get("watch_namespace"),
+                            watch_namespaces=tuple(listed.split(",")) if listed else (),
                             leader_elect=_env_yes_no(ENV["leader_elect"]))
     if settings.leader_elect is False and operator.sharding is not None:
         raise UsageError(f"--no-leader-elect ({ENV['leader_elect']}=0): operator "
@@ -232,10 +239,11 @@ def apply_environment(operator: Operator, settings: Settings | None = None) -> N
         operator.namespace = settings.namespace
     if settings.kubeconfig:
         operator.kubeconfig = settings.kubeconfig
-    if settings.watch_namespace:
+    watched = settings.watch_namespaces
+    if watched:  # one informer per namespace (`Controller.watch_namespaces`)
         for controller in operator.controllers:
             if controller.namespace is None and controller.resource.namespaced:
-                controller.namespace = settings.watch_namespace
+                controller.namespace = watched[0] if len(watched) == 1 else list(watched)
     for attribute in NAME_ENV:
         if attribute in names:
             setattr(operator, attribute, names[attribute])

@@ -18,7 +18,8 @@ def _fail_on_request(widget: Widget) -> Action:
     return Action.await_change()
 
 
-operator = Operator("served-operator", [WidgetController(os.environ["TEST_NAMESPACE"],
+# TEST_NAMESPACE empty: every namespace, or those --watch-namespace names
+operator = Operator("served-operator", [WidgetController(os.environ["TEST_NAMESPACE"] or None,
                                                          action=_fail_on_request)],
                     kubeconfig=os.environ.get("TEST_KUBECONFIG"),
                     leader_election=LeaderElection() if os.environ.get("TEST_LEADER_ELECTION")

@@ -138,7 +138,7 @@ def test_each_flag_is_read(kubeconfig: Path) -> None:
                       "--health-probe-bind-address", ":9001",
                       "--metrics-bind-address", "[::1]:9002"], environ={})
     assert settings == Settings(
-        namespace="ops", watch_namespace="apps", kubeconfig=str(kubeconfig),
+        namespace="ops", watch_namespaces=("apps",), kubeconfig=str(kubeconfig),
         log_level="debug", log_format="json",
         health_probe_bind_address=Address("0.0.0.0", 9001),
         metrics_bind_address=Address("::1", 9002))
@@ -152,7 +152,7 @@ def test_each_environment_variable_is_read_and_a_flag_wins_over_it(kubeconfig: P
                "OPERATOR_KIT_METRICS_BIND_ADDRESS": "127.0.0.2:9100"}
     settings = parse([], environ=environ)
     assert settings == Settings(
-        namespace="ops", watch_namespace="apps", kubeconfig=str(kubeconfig),
+        namespace="ops", watch_namespaces=("apps",), kubeconfig=str(kubeconfig),
         log_level="warning", log_format="json", health_probe_bind_address=None,
         metrics_bind_address=Address("127.0.0.2", 9100))
     assert parse(["--log-format", "text", "--namespace", "mine"],
@@ -582,3 +582,61 @@ def test_without_a_version_anywhere_it_says_unknown(tmp_path: Path) -> None:
     assert cli._checkout_version(str(tmp_path / "pkg" / "__init__.py")) is None
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\ndynamic = ['version']\n")
     assert cli._checkout_version(str(tmp_path / "pkg" / "__init__.py")) is None
+
+
+# -- several watch namespaces ------------------------------------------------------------
+
+@pytest.mark.parametrize(("argv", "environ", "expected"), [
+    ([], {}, ()),
+    (["--watch-namespace", "apps"], {}, ("apps",)),
+    (["--watch-namespace", "apps,batch", "--watch-namespace", "web"], {},
+     ("apps", "batch", "web")),
+    (["--watch-namespace", "b,a,b"], {}, ("b", "a")),
+    ([], {"OPERATOR_KIT_WATCH_NAMESPACE": "apps, batch"}, ("apps", "batch")),
+    (["--watch-namespace", "web"], {"OPERATOR_KIT_WATCH_NAMESPACE": "apps,batch"}, ("web",)),
+])
+def test_several_watch_namespaces_by_repeating_the_flag_or_joining_with_commas(
+        argv: list[str], environ: dict[str, str], expected: tuple[str, ...]) -> None:
+    assert parse(argv, environ=environ).watch_namespaces == expected
+
+
+@pytest.mark.parametrize(("argv", "environ", "message"), [
+    (["--watch-namespace", "apps,Bad_NS"], {}, "--watch-namespace='Bad_NS': not a namespace "
+     "name"),
+    (["--watch-namespace", "apps,,batch"], {}, "--watch-namespace='': empty"),
+    ([], {"OPERATOR_KIT_WATCH_NAMESPACE": "apps,-x"}, "OPERATOR_KIT_WATCH_NAMESPACE='-x': "
+     "not a namespace name"),
+])
+def test_each_watch_namespace_is_checked(argv: list[str], environ: dict[str, str],
+                                         message: str) -> None:
+    with pytest.raises(UsageError) as raised:
+        parse(argv, environ=environ)
+    assert message in str(raised.value)
+
+
+def test_several_watch_namespaces_reach_the_controllers_that_watch_everywhere(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    pinned = ThingController()
+    pinned.name, pinned.namespace = "pinned", "elsewhere"
+    everywhere, cluster_scoped = ThingController(), ClusterThingController()
+    operator = Operator("op", [everywhere, pinned, cluster_scoped])
+    apply_environment(operator, Settings(watch_namespaces=("b", "a")))
+    assert [c.watch_namespaces() for c in operator.controllers] == [
+        ["a", "b"], ["elsewhere"], [None]]
+    # gunicorn's worker: the same from the environment
+    other = ThingController()
+    monkeypatch.setenv("OPERATOR_KIT_WATCH_NAMESPACE", "x,y")
+    apply_environment(Operator("op2", [other]))
+    assert other.watch_namespaces() == ["x", "y"]
+
+
+def test_a_controllers_namespaces_are_none_one_or_several() -> None:
+    controller = ThingController()
+    assert controller.watch_namespaces() == [None]
+    controller.namespace = "apps"
+    assert controller.watch_namespaces() == ["apps"]
+    controller.namespace = {"web", "apps"}
+    assert controller.watch_namespaces() == ["apps", "web"]
+    controller.namespace = []
+    with pytest.raises(ValueError, match="names no namespace; give None"):
+        controller.watch_namespaces()
