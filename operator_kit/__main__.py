@@ -48,7 +48,9 @@ def main(argv: list[str] | None = None) -> int:
 
         return run(args[args.index("--manifests") + 1:], operator=target, app=app,
                    prog=f"{_PROG} {app} --manifests")
-    return target.main(args)
+    from operator_kit.cli import main as command_line
+
+    return command_line(target, args, app=app)  # its name and version are the app's
 
 
 if __name__ == "__main__":

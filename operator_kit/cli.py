@@ -6,23 +6,31 @@ managers do, the probes and the metrics on ports of their own:
 
 - ``--namespace NS`` (``OPERATOR_KIT_NAMESPACE``): where the operator runs; default: the
   pod's, or the kubeconfig context's.
-- ``--watch-namespace NS`` (``OPERATOR_KIT_WATCH_NAMESPACE``): default: all namespaces.
+- ``--watch-namespace NS[,NS...]`` (``OPERATOR_KIT_WATCH_NAMESPACE``), repeatable: the
+  namespaces to watch; default: all namespaces.
 - ``--kubeconfig PATH[:PATH...]`` (``KUBECONFIG``): default: in-cluster, else
   ``~/.kube/config``; several files are merged as kubectl merges them.
 - ``--log-level LEVEL`` (``OPERATOR_KIT_LOG_LEVEL``): debug, info (default), warning,
   error, critical.
-- ``--log-format text|json`` (``OPERATOR_KIT_LOG_FORMAT``): default: text.
+- ``--log-format text|json`` (``OPERATOR_KIT_LOG_FORMAT``): default: text; json has zap's
+  keys, as controller-runtime's operators (`operator_kit.logs`). The client libraries'
+  DEBUG lines only with ``OPERATOR_KIT_LOG_LIBRARIES=1``.
 - ``--health-probe-bind-address ADDR`` (``OPERATOR_KIT_HEALTH_PROBE_BIND_ADDRESS``):
   default ``:8081`` in a pod, else ``127.0.0.1:8081``.
 - ``--metrics-bind-address ADDR`` (``OPERATOR_KIT_METRICS_BIND_ADDRESS``): default
   ``:8080`` in a pod, else ``127.0.0.1:8080``.
+- ``--leader-elect`` / ``--no-leader-elect`` (``OPERATOR_KIT_LEADER_ELECT``, a yes or
+  no): run the controllers only while this replica holds the Lease, or at once; default:
+  as the Operator declares (``leader_election``). ``--leader-elect`` on an Operator that
+  declares none elects with `LeaderElection`'s defaults; an Operator that shards needs it.
 - ``--manifests ...``: print the manifests and exit (the flags of
   ``python -m operator_kit.manifests`` follow it).
 - ``--help``, ``--version``.
 
 ``--namespace`` is where the operator itself runs (its Lease and webhook Secret live
 there), as for ``--manifests --namespace``; ``--watch-namespace`` restricts the
-controllers of namespaced kinds that would otherwise watch every namespace. An address
+controllers of namespaced kinds that would otherwise watch every namespace (several
+namespaces: one watch per namespace, `Controller.watch_namespaces`). An address
 is ``HOST:PORT`` or ``:PORT`` (every interface); ``0`` turns that server off; both flags
 may name one address, which then serves all three paths. The probe server answers
 ``/livez`` and ``/readyz``, the metrics server ``/metrics``, with the same views gunicorn
@@ -41,19 +49,23 @@ the fix, and exit code 2; never a traceback.
 from __future__ import annotations
 
 import argparse
+import configparser
 import importlib.metadata
 import logging
 import os
+import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, NoReturn
 
 from operator_kit import logs
 from operator_kit._version import __version__ as kit_version
 from operator_kit.client.kubeconfig import split as kubeconfig_paths
+from operator_kit.election.leader import LeaderElection
 from operator_kit.probes import HttpServer
 from operator_kit.settings import (
     ENV,
+    LOG_LIBRARIES_ENV,
     METRICS_PORT,
     NAME_ENV,
     PROBE_PORT,
@@ -62,7 +74,10 @@ from operator_kit.settings import (
     Settings,
     UsageError,
     check_name,
+    env_bool,
     env_names,
+    env_text,
+    namespace_list,
     parse_address,
 )
 
@@ -98,8 +113,9 @@ def _parser(prog: str, version: str) -> argparse.ArgumentParser:
     parser.add_argument("--namespace", metavar="NS", help="the namespace the operator runs "
                         f"in: its Lease and webhook Secret live there (${ENV['namespace']}; "
                         "default: the pod's, or the kubeconfig context's)")
-    parser.add_argument("--watch-namespace", metavar="NS", help="watch only this namespace "
-                        f"(${ENV['watch_namespace']}; default: all namespaces)")
+    parser.add_argument("--watch-namespace", metavar="NS[,NS...]", action="append",
+                        help="watch only these namespaces; repeat it or join names with "
+                        f"commas (${ENV['watch_namespace']}; default: all namespaces)")
     parser.add_argument("--kubeconfig", metavar="PATH", help="the cluster to connect to "
                         "($KUBECONFIG; default: in-cluster, else ~/.kube/config)")
     parser.add_argument("--log-level", metavar="LEVEL", help=f"{', '.join(logs.LEVELS)} "
@@ -113,6 +129,10 @@ def _parser(prog: str, version: str) -> argparse.ArgumentParser:
     parser.add_argument("--metrics-bind-address", metavar="ADDR", help="where /metrics is "
                         f"served; 0 turns it off (${ENV['metrics_bind_address']}; default: "
                         f":{METRICS_PORT} in a pod, else 127.0.0.1:{METRICS_PORT})")
+    parser.add_argument("--leader-elect", action=argparse.BooleanOptionalAction,
+                        help="run the controllers only while this replica holds the Lease "
+                        f"(${ENV['leader_elect']}, a yes or no; default: as the operator "
+                        "declares)")
     parser.add_argument("--manifests", nargs=argparse.REMAINDER, metavar="...",
                         help="print the operator's manifests (for kubectl apply -f -) and "
                         "exit; what follows are the flags of python -m operator_kit.manifests")
@@ -145,15 +165,20 @@ def parse(argv: list[str], *, prog: str = "operator", version: str = "",
     fmt, fmt_where = value("log_format")
     if fmt is not None and fmt not in logs.FORMATS:
         raise UsageError(f"{fmt_where} {fmt!r} is not a log format; use text or json")
+    libraries = env_bool(LOG_LIBRARIES_ENV, False, env)
+    leader_elect = args.leader_elect if args.leader_elect is not None else _env_yes_no(
+        ENV["leader_elect"], env)
     kubeconfig, kube_where = value("kubeconfig")
     if kubeconfig is not None:
         _check_kubeconfig(kubeconfig, kube_where)
     env_names(env, namespaces=False)  # NAME_ENV's: `apply_environment` sets them
-    namespaces = []
-    for name in ("namespace", "watch_namespace"):
-        given, where = value(name)
-        namespaces.append(None if given is None else
-                          check_name(given, where, what="a namespace name"))
+    namespace, where = value("namespace")
+    if namespace is not None:
+        check_name(namespace, where, what="a namespace name")
+    watched = (",".join(args.watch_namespace) if args.watch_namespace
+               else env.get(ENV["watch_namespace"]) or None)
+    watch_namespaces = () if watched is None else namespace_list(
+        watched, "--watch-namespace" if args.watch_namespace else ENV["watch_namespace"])
     in_pod = bool(env.get("KUBERNETES_SERVICE_HOST"))
     addresses = []
     for name, port in (("health_probe_bind_address", PROBE_PORT),
@@ -162,10 +187,16 @@ def parse(argv: list[str], *, prog: str = "operator", version: str = "",
         if text is None:
             text = f":{port}" if in_pod else f"127.0.0.1:{port}"
         addresses.append(parse_address(text, from_))
-    return Settings(namespace=namespaces[0], watch_namespace=namespaces[1],
+    return Settings(namespace=namespace, watch_namespaces=watch_namespaces,
                     kubeconfig=kubeconfig, log_level=(level or "info").lower(),
-                    log_format=fmt or "text", health_probe_bind_address=addresses[0],
-                    metrics_bind_address=addresses[1])
+                    log_format=fmt or "text", log_libraries=libraries,
+                    health_probe_bind_address=addresses[0],
+                    metrics_bind_address=addresses[1], leader_elect=leader_elect)
+
+
+def _env_yes_no(name: str, environ: Mapping[str, str] | None = None) -> bool | None:
+    """Variable `name` as a yes or no (`env_bool`), None when it is unset or blank."""
+    return None if env_text(name, environ) is None else env_bool(name, False, environ)
 
 
 def _check_kubeconfig(value: str, where: str) -> None:
@@ -193,16 +224,26 @@ def apply_environment(operator: Operator, settings: Settings | None = None) -> N
     variable that is not a valid name (`operator_kit.settings.env_names`)."""
     names = env_names(namespaces=settings is None)
     if settings is None:
+        listed = names.get("watch_namespace")
         settings = Settings(namespace=names.get("namespace"),
-                            watch_namespace=names.get("watch_namespace"))
+                            watch_namespaces=tuple(listed.split(",")) if listed else (),
+                            leader_elect=_env_yes_no(ENV["leader_elect"]))
+    if settings.leader_elect is False and operator.sharding is not None:
+        raise UsageError(f"--no-leader-elect ({ENV['leader_elect']}=0): operator "
+                         f"{operator.name} shards its objects, and the elected replica "
+                         "assigns them; drop the flag or the variable")
+    if settings.leader_elect is not None:
+        operator.leader_election = (operator.leader_election or LeaderElection()
+                                    if settings.leader_elect else None)
     if settings.namespace:
         operator.namespace = settings.namespace
     if settings.kubeconfig:
         operator.kubeconfig = settings.kubeconfig
-    if settings.watch_namespace:
+    watched = settings.watch_namespaces
+    if watched:  # one informer per namespace (`Controller.watch_namespaces`)
         for controller in operator.controllers:
             if controller.namespace is None and controller.resource.namespaced:
-                controller.namespace = settings.watch_namespace
+                controller.namespace = watched[0] if len(watched) == 1 else list(watched)
     for attribute in NAME_ENV:
         if attribute in names:
             setattr(operator, attribute, names[attribute])
@@ -237,8 +278,11 @@ def servers(operator: Operator, settings: Settings) -> list[HttpServer]:
 
 # -- main --------------------------------------------------------------------------------
 
-def _program() -> tuple[str, str]:
-    """(how the user ran us, the module passed to -m or "")."""
+def _program(app: str | None = None) -> tuple[str, str]:
+    """(how the user ran us, the operator's module or ""): under ``python -m
+    operator_kit MODULE:ATTR`` (`app`) that MODULE, not operator_kit."""
+    if app:
+        return f"python -m operator_kit {app}", app.partition(":")[0]
     module = sys.modules.get("__main__")
     spec = getattr(getattr(module, "__spec__", None), "name", None)
     if spec:
@@ -248,26 +292,64 @@ def _program() -> tuple[str, str]:
 
 
 def _version(operator: Operator, module: str) -> str:
-    """``<operator> <its package's version> (operator_kit <version>)``."""
+    """``<operator> <its package's version> (operator_kit <version>)``. The package's
+    version is its ``__version__``, else the one its checkout declares (a pyproject.toml
+    or setup.cfg beside it or one folder up, as on PYTHONPATH), else the installed
+    distribution's; "(unknown version)" when none says."""
     package = module.partition(".")[0]
-    mine = "(unknown version)"
+    found = None
     if package:
-        found = getattr(sys.modules.get(package), "__version__", None)
+        imported = sys.modules.get(package)
+        found = getattr(imported, "__version__", None) or _checkout_version(
+            getattr(imported, "__file__", None))
         for dist in importlib.metadata.packages_distributions().get(package, []):
+            if found:
+                break
             try:
                 found = importlib.metadata.version(dist)
-                break
             except importlib.metadata.PackageNotFoundError:
                 continue
-        mine = str(found) if found else mine
-    return f"{operator.name} {mine} (operator_kit {kit_version})"
+    return f"{operator.name} {found or '(unknown version)'} (operator_kit {kit_version})"
+
+
+# pyproject.toml's [project] table, and its static version (Python 3.10 has no tomllib)
+_PROJECT_TABLE = re.compile(r"^\[project\][ \t]*$(.*?)(?=^\[|\Z)", re.M | re.S)
+_VERSION_KEY = re.compile(r"""^version\s*=\s*["']([^"'\n]+)["']""", re.M)
+
+
+def _checkout_version(init_file: str | None) -> str | None:
+    """The version the project around a package's ``__init__.py`` declares: the nearest
+    pyproject.toml's ``[project] version``, else setup.cfg's ``[metadata] version``, in
+    the package's parent folder (``src/``-less layout) or the one above (``src/``)."""
+    if not init_file:
+        return None
+    folder = os.path.dirname(os.path.dirname(os.path.abspath(init_file)))
+    for project in (folder, os.path.dirname(folder)):
+        try:
+            with open(os.path.join(project, "pyproject.toml"), encoding="utf-8") as file:
+                section = _PROJECT_TABLE.search(file.read())
+        except (OSError, UnicodeDecodeError):
+            section = None
+        found = _VERSION_KEY.search(section.group(1)) if section else None
+        if found:
+            return found.group(1)
+        config = configparser.ConfigParser()
+        try:
+            config.read(os.path.join(project, "setup.cfg"), encoding="utf-8")
+        except configparser.Error:
+            continue
+        version = config.get("metadata", "version", fallback="").strip()
+        if version and not version.startswith(("attr:", "file:")):
+            return version
+    return None
 
 
 def main(operator: Operator, argv: list[str] | None = None,
-         run: Callable[[], int] | None = None) -> int:
+         run: Callable[[], int] | None = None, *, app: str | None = None) -> int:
     """Parse `argv` (default: sys.argv[1:]), then print the manifests or run `operator`
-    with its probe and metrics servers. Returns the exit code."""
-    prog, module = _program()
+    with its probe and metrics servers. Returns the exit code. `app` is the
+    ``MODULE:ATTR`` the operator was loaded from, under ``python -m operator_kit``."""
+    prog, module = _program(app)
     args = sys.argv[1:] if argv is None else argv
     try:
         settings = parse(args, prog=prog, version=_version(operator, module))
@@ -279,10 +361,12 @@ def main(operator: Operator, argv: list[str] | None = None,
         from operator_kit.manifests._command import run as manifests
 
         return manifests(settings.manifests, operator=operator,
-                         app=f"{module or 'main'}:operator", prog=f"{prog} --manifests")
-    logs.configure(settings.log_level, settings.log_format)
-    apply_environment(operator, settings)
+                         app=app or f"{module or 'main'}:operator",
+                         prog=f"{prog} --manifests")
+    logs.configure(settings.log_level, settings.log_format,
+                   libraries=settings.log_libraries)
     try:
+        apply_environment(operator, settings)
         _check_connection_settings(operator)
         bound = servers(operator, settings)
     except UsageError as err:

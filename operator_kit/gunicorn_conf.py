@@ -50,9 +50,10 @@ Why these values:
   stalled every request for tens of milliseconds, the largest part of the tail latency.
 - Access log off (``OPERATOR_KIT_ACCESS_LOG=1`` turns it on): the API server calls
   webhooks on every write; metrics count them.
-- Logs: ``OPERATOR_KIT_LOG_LEVEL`` (default info) and ``OPERATOR_KIT_LOG_FORMAT`` (text or
-  json), in the master and the worker, gunicorn's own lines included
-  (`operator_kit.logs`): the same format as ``python -m my_operator --log-format``.
+- Logs: ``OPERATOR_KIT_LOG_LEVEL`` (default info), ``OPERATOR_KIT_LOG_FORMAT`` (text or
+  json) and ``OPERATOR_KIT_LOG_LIBRARIES`` (the client libraries' DEBUG lines), in the
+  master and the worker, gunicorn's own lines included (`operator_kit.logs`): the same
+  format as ``python -m my_operator --log-format``.
 - Every variable the master or the worker reads is checked here first
   (`operator_kit.settings`): a bad one ends the master with one line on stderr naming
   it, and exit code 2, before anything starts (gunicorn would print a traceback for
@@ -72,6 +73,7 @@ from gunicorn.glogging import Logger
 
 from operator_kit import logs
 from operator_kit.settings import (
+    LOG_LIBRARIES_ENV,
     UsageError,
     check_bind,
     env_bool,
@@ -169,9 +171,10 @@ def _tls_hint() -> str:
     return f"check the Secret {secret}" if isinstance(secret, str) else "replace them"
 
 
-def _log_settings() -> tuple[str, str]:
+def _log_settings() -> tuple[str, str, bool]:
     return (env_choice("OPERATOR_KIT_LOG_LEVEL", "info", logs.LEVELS, what="a log level"),
-            env_choice("OPERATOR_KIT_LOG_FORMAT", "text", logs.FORMATS, what="a log format"))
+            env_choice("OPERATOR_KIT_LOG_FORMAT", "text", logs.FORMATS, what="a log format"),
+            env_bool(LOG_LIBRARIES_ENV, False))
 
 
 def _bind() -> str:
@@ -199,7 +202,9 @@ def _check_environment() -> None:
         # The worker reads it again (`ThreadWorker`), by the same rule.
         env_float("OPERATOR_KIT_READ_TIMEOUT", DEFAULT_READ_TIMEOUT, above=0,
                   what="the seconds a request may take to arrive in full")
-        for name in ("OPERATOR_KIT_ACCESS_LOG", "OPERATOR_KIT_INSECURE_HTTP"):
+        # OPERATOR_KIT_LEADER_ELECT: the worker's Operator reads it (`apply_environment`)
+        for name in ("OPERATOR_KIT_ACCESS_LOG", "OPERATOR_KIT_INSECURE_HTTP",
+                     "OPERATOR_KIT_LEADER_ELECT"):
             _flag(name)
         _managed()
         spec = env_text(APP_ENV)
@@ -242,8 +247,9 @@ class OperatorLogger(Logger):  # type: ignore[misc]  # gunicorn is untyped
 
 _in_pod = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
 _check_environment()  # a bad variable ends the start here, in one line
-_log_level, _log_format = _log_settings()
-logs.configure(_log_level, _log_format)  # the master's own lines (TLS preparation)
+_log_level, _log_format, _log_libraries = _log_settings()
+# the master's own lines (TLS preparation)
+logs.configure(_log_level, _log_format, libraries=_log_libraries)
 _prepare_tls()
 
 wsgi_app = "operator_kit.webhooks:app"
@@ -309,7 +315,7 @@ def _keep_tls() -> None:
 def post_fork(server: Any, worker: Any) -> None:
     """In the worker: send the operator's own log records (operator_kit.*, the user's) to
     stderr next to gunicorn's, at gunicorn's level, in the same format."""
-    logs.configure(_log_level, _log_format)
+    logs.configure(_log_level, _log_format, libraries=_log_libraries)
 
 
 def worker_exit(server: Any, worker: Any) -> None:

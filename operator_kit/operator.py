@@ -497,12 +497,12 @@ class Operator:
         objects = Objects(self.api)
         kinds = []
         for controller in self.controllers:
-            if config.shards(controller.name):
-                kinds.append(sharder.ShardedKind(
-                    objects.resource(controller.resource), controller.namespace,
-                    controller.label_selector,
-                    [objects.resource(k.api_version + "/" + k.kind)
-                     for k in controller.owned_kinds()]))
+            if config.shards(controller.name):  # one per watched namespace
+                kinds += [sharder.ShardedKind(
+                    objects.resource(controller.resource), namespace,
+                    controller.label_selector, [objects.resource(k.api_version + "/" + k.kind)
+                                                for k in controller.owned_kinds()])
+                    for namespace in controller.watch_namespaces()]
         return kinds
 
     @property

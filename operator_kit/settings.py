@@ -12,7 +12,8 @@ worker (at least 1)``):
 
 - `env_int`, `env_float`, `env_bool`, `env_choice` and `env_text` read a variable (unset
   or blank: the default); `whole_number` and `number` check a flag's text the same way;
-  `env_names` reads the namespaces and the renamed objects' names (`ENV`, `NAME_ENV`);
+  `env_names` reads the namespaces and the renamed objects' names (`ENV`, `NAME_ENV`),
+  `namespace_list` several namespaces joined by commas;
 - `env_bool` takes 1, true, yes, on and 0, false, no, off, in any case;
 - `check_name` checks a Kubernetes object name (a DNS-1123 label, a DNS-1123 subdomain or,
   for a Service, a DNS-1035 label); `is_label_value`, `check_image` and `check_bind` a
@@ -34,10 +35,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import NoReturn
 
-__all__ = ["ENV", "LABEL_VALUE_RULE", "NAME_ENV", "Address", "ArgumentParser", "Settings",
-           "UsageError", "check_bind", "check_image", "check_name",
+__all__ = ["ENV", "LABEL_VALUE_RULE", "LOG_LIBRARIES_ENV", "NAME_ENV", "Address",
+           "ArgumentParser", "Settings", "UsageError", "check_bind", "check_image", "check_name",
            "env_bool", "env_choice", "env_float", "env_int", "env_names", "env_text",
-           "is_label_value", "number", "parse_address", "whole_number"]
+           "is_label_value", "namespace_list", "number", "parse_address", "whole_number"]
 
 # The names of the operator's webhook Service and configurations, when its manifests were
 # renamed (a kustomize namePrefix rewrites these values in the Deployment too).
@@ -55,7 +56,10 @@ ENV = {
     "log_format": "OPERATOR_KIT_LOG_FORMAT",
     "health_probe_bind_address": "OPERATOR_KIT_HEALTH_PROBE_BIND_ADDRESS",
     "metrics_bind_address": "OPERATOR_KIT_METRICS_BIND_ADDRESS",
+    "leader_elect": "OPERATOR_KIT_LEADER_ELECT",
 }
+# A yes or no: the HTTP and Kubernetes client libraries' DEBUG lines too (`logs.configure`).
+LOG_LIBRARIES_ENV = "OPERATOR_KIT_LOG_LIBRARIES"
 PROBE_PORT, METRICS_PORT = 8081, 8080
 
 
@@ -78,13 +82,16 @@ class Settings:
     """What the command line and the environment asked for."""
 
     namespace: str | None = None
-    watch_namespace: str | None = None
+    watch_namespaces: tuple[str, ...] = ()  # (): every namespace
     kubeconfig: str | None = None
     log_level: str = "info"
     log_format: str = "text"
+    log_libraries: bool = False
     health_probe_bind_address: Address | None = None
     metrics_bind_address: Address | None = None
     manifests: list[str] | None = None
+    # None: as the Operator declares (its ``leader_election``)
+    leader_elect: bool | None = None
 
 
 def parse_address(text: str, where: str) -> Address | None:
@@ -327,11 +334,21 @@ def env_names(environ: Mapping[str, str] | None = None, *,
               ("mutating_configuration", NAME_ENV["mutating_configuration"],
                "a webhook configuration name", "subdomain")]
     if namespaces:
-        wanted += [(attribute, ENV[attribute], "a namespace name", "label")
-                   for attribute in ("namespace", "watch_namespace")]
+        wanted.append(("namespace", ENV["namespace"], "a namespace name", "label"))
     found: dict[str, str] = {}
     for attribute, variable, what, rule in wanted:
         value = _environ(environ).get(variable)
         if value:
             found[attribute] = check_name(value, variable, what=what, rule=rule)
+    watched = _environ(environ).get(ENV["watch_namespace"])
+    if namespaces and watched:  # several: joined by commas
+        found["watch_namespace"] = ",".join(namespace_list(watched, ENV["watch_namespace"]))
     return found
+
+
+def namespace_list(text: str, where: str) -> tuple[str, ...]:
+    """Namespace names joined by commas (``apps,batch``; spaces around each ignored),
+    each checked with `check_name`, in order, without repeats."""
+    names = [check_name(part.strip(), where, what="a namespace name")
+             for part in text.split(",")]
+    return tuple(dict.fromkeys(names))

@@ -35,7 +35,7 @@ does not reconcile in a loop.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -169,7 +169,9 @@ class Controller(Generic[R]):
       ``apply_owned`` does not reconcile the owner again (default False, as in
       controller-runtime: ported code relies on that echo);
     - ``finalizer`` (a name; then `cleanup` runs before the object goes),
-      ``namespace`` (None: all), ``label_selector``, ``field_selector``,
+      ``namespace`` (None: all; a name; or several names, a list or set: one watch
+      per namespace of the primary and of each namespaced owned and watched kind),
+      ``label_selector``, ``field_selector``,
       ``max_concurrent_reconciles``, ``on_error`` (first retry delay after a failure,
       doubling up to ``max_backoff``), ``reconcile_timeout`` (a reconcile running
       longer is reported as stuck and another worker started in its place), ``rules``
@@ -183,7 +185,7 @@ class Controller(Generic[R]):
     filters: Sequence[Filter] | None = None
     skip_own_echoes: bool = False
     finalizer: str | None = None
-    namespace: str | None = None
+    namespace: str | Collection[str] | None = None
     label_selector: str | None = None
     field_selector: str | None = None
     max_concurrent_reconciles: int = 1
@@ -242,6 +244,16 @@ class Controller(Generic[R]):
         raise InvalidResource(f"cleanup needs a {self.resource.__name__}; define "
                               f"{type(self).__name__}.cleanup_invalid to clean up from the "
                               "raw object")
+
+    def watch_namespaces(self) -> list[str | None]:
+        """The namespaces its watches are in, sorted: ``[None]`` for every namespace."""
+        if self.namespace is None or isinstance(self.namespace, str):
+            return [self.namespace]
+        names = sorted(set(self.namespace))
+        if not names or not all(isinstance(name, str) and name for name in names):
+            raise ValueError(f"{type(self).__name__}.namespace: {self.namespace!r} names no "
+                             "namespace; give None (all), a name, or several names")
+        return list(names)
 
     def primary_kind(self) -> Kind:
         """The `Kind` this controller reconciles (its `resource`)."""

@@ -137,9 +137,12 @@ class Objects:
         namespace = namespace if resource.namespaced else None
         selector = LabelSelector.of(labels) if labels is not None else None
         if index is not None:
-            informer = self._indexed(resource, index[0], spec)
-            found = informer.store.by_index(index[0], str(index[1]), namespace, selector)
-            raws = self._overlay_many(resource, found, informer, namespace, selector, index)
+            raws = []
+            for informer in self._indexed(resource, index[0], spec, namespace):
+                found = informer.store.by_index(index[0], str(index[1]), namespace, selector)
+                raws += self._overlay_many(resource, found, informer,
+                                           namespace or informer.namespace, selector, index)
+            raws.sort(key=key_of)
         else:
             cache = self._cache(resource, namespace, selector)
             if cache is not None:
@@ -228,10 +231,18 @@ class Objects:
                 if i.label_selector and not i.field_selector and not i.metadata_only
                 and (i.namespace is None or i.namespace == namespace) and i.synced.is_set()]
 
-    def _indexed(self, resource: Resource, name: str, spec: Kind) -> Informer:
-        for informer in self.informers.of(resource) if self.informers else []:
-            if name in informer.store.indexes() and not informer.metadata_only:
-                return informer
+    def _indexed(self, resource: Resource, name: str, spec: Kind,
+                 namespace: str | None) -> _Caches:
+        """The caches holding index `name` of `resource` that a read in `namespace` (None:
+        every namespace) looks in: one that watches every namespace, else the one of that
+        namespace (none when it is not watched), else one per watched namespace."""
+        indexed = [i for i in (self.informers.of(resource) if self.informers else [])
+                   if name in i.store.indexes() and not i.metadata_only]
+        everywhere = [i for i in indexed if i.namespace is None]
+        if everywhere or (indexed and namespace is None):
+            return everywhere[:1] or indexed
+        if indexed:
+            return [i for i in indexed if i.namespace == namespace]
         raise LookupError(f"{spec} has no index {name!r} in this operator's cache: declare "
                           f"it in a controller's `indexes` (Index({spec.kind}, function))")
 

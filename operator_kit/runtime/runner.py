@@ -83,33 +83,30 @@ class ControllerRunner:
                                own_writes=self.own_writes,
                                shard_label=shard.label if shard else None)
         kind = controller.resource
-        namespace = controller.namespace
-        self.primary: Informer = informers.informer(
-            resource_of(kind), namespace=namespace,
+        namespaces = controller.watch_namespaces()  # [None]: every namespace
+        self.resource = resource_of(kind)
+        self.primaries: dict[str | None, Informer] = dict(zip(namespaces, informers.each(
+            self.resource, namespaces, field_selector=controller.field_selector,
             label_selector=shard.selector(controller.label_selector) if shard
-            else controller.label_selector, field_selector=controller.field_selector)
+            else controller.label_selector), strict=False))
         self._primary_filters = tuple(controller.filters if controller.filters is not None
                                       else (spec_changed,))
         # (informer, handler) for each owned and watched kind
         self._sources: list[tuple[Informer, Callable[[WatchEvent], None]]] = []
         for owned in controller.owned():
-            resource = self._resource(owned.kind, "owns")
-            informer = informers.informer(resource,
-                                          namespace=namespace if resource.namespaced else None,
-                                          label_selector=shard.selector() if shard else None,
-                                          metadata_only=owned.metadata_only)
-            self._sources.append((informer, self._owned_handler(tuple(owned.filters))))
+            on_owned = self._owned_handler(tuple(owned.filters))
+            self._sources += [(i, on_owned) for i in informers.each(
+                self._resource(owned.kind, "owns"), namespaces, metadata_only=owned.metadata_only,
+                label_selector=shard.selector() if shard else None)]
         for watch in controller.watches:
-            resource = self._resource(watch.kind, "watches")
-            informer = informers.informer(resource,
-                                          namespace=namespace if resource.namespaced else None,
-                                          label_selector=watch.label_selector,
-                                          metadata_only=watch.metadata_only)
-            self._sources.append((informer, self._watched_handler(watch)))
+            on_watched = self._watched_handler(watch)
+            self._sources += [(i, on_watched) for i in informers.each(
+                self._resource(watch.kind, "watches"), namespaces,
+                label_selector=watch.label_selector, metadata_only=watch.metadata_only)]
         self.owned: list[Informer] = [informer for informer, _ in self._sources]
         for name, index in controller.indexes.items():
             resource = self._resource(index.kind, "indexes")
-            for informer in [self.primary, *self.owned]:
+            for informer in [*self.primaries.values(), *self.owned]:
                 if informer.resource == resource:
                     informer.store.add_index(name, index.over_cache(api.client))
         self._workers: list[threading.Thread] = []
@@ -166,7 +163,7 @@ class ControllerRunner:
         # so does a shard member's drain request (a label only).
         if deletion_started(event) or (self.shard is not None and self.shard.draining(
                 event.object)) or self._passes(self._primary_filters, event,
-                                                   str(self.primary.resource)):
+                                                   str(self.resource)):
             meta = event.object["metadata"]
             self.enqueue((meta.get("namespace") or "", meta["name"]))
 
@@ -237,7 +234,8 @@ class ControllerRunner:
     # -- workers -------------------------------------------------------------------------
 
     def start(self) -> None:
-        self.primary.add_handler(self.on_primary)
+        for primary in self.primaries.values():
+            primary.add_handler(self.on_primary)
         for informer, handler in self._sources:
             informer.add_handler(handler)
         for i in range(self.controller.max_concurrent_reconciles):
@@ -289,7 +287,7 @@ class ControllerRunner:
                           describe(key), now - started, timeout,
                           "another worker was started in its place" if replaced else
                           "no spare worker left to start in its place")
-                raw = self.primary.get(key)
+                raw = self.primary_of(key).get(key)
                 if raw is not None:
                     self.context.event(raw, True, "ReconcileStuck",
                                        f"reconcile has run for more than {timeout:g}s")
@@ -303,8 +301,12 @@ class ControllerRunner:
             retiring = set(self._retiring)
         return [t.name for t in self._workers if not t.is_alive() and t not in retiring]
 
+    def primary_of(self, key: Key) -> Informer:
+        """The cache of the primary kind that holds `key` (if any holds it)."""
+        return self.primaries.get(key[0]) or next(iter(self.primaries.values()))
+
     def synced(self) -> bool:
-        return self.primary.synced.is_set() and all(i.synced.is_set() for i in self.owned)
+        return all(i.synced.is_set() for i in [*self.primaries.values(), *self.owned])
 
     def shut_down(self, timeout: float) -> bool:
         """Hand out no more keys; wait up to `timeout` for reconciles in flight."""
@@ -332,7 +334,9 @@ class ControllerRunner:
                 self.stop.wait(0.5)
                 continue
             try:
-                with logs.reconciling(self.name, *key):  # every line logged carries the key
+                # every line logged carries the key
+                with logs.reconciling(self.name, *key, kind=self._owner_kind,
+                                      group=self._owner_group):
                     self._process(key)
             except Exception:
                 log.exception("%s: unexpected error handling %s; retrying it with backoff",
@@ -351,7 +355,7 @@ class ControllerRunner:
         if not self.caught_up.ready(key, self.stop):  # its last pass's writes, not yet seen
             self.enqueue(key, CaughtUp.REQUEUE)
             return
-        raw = self.primary.get(key)
+        raw = self.primary_of(key).get(key)
         if raw is None:  # deleted and gone (or not ours): nothing to reconcile
             self.queue.forget(key)
             self.caught_up.forget(key)
@@ -432,7 +436,7 @@ class ControllerRunner:
         shard = self.shard
         assert shard is not None
         try:
-            shard.let_go(self.api, self.primary.resource.path(key[0] or None, key[1]), raw)
+            shard.let_go(self.api, self.resource.path(key[0] or None, key[1]), raw)
         except ApiException as err:
             if err.status == 409:
                 self.enqueue(key, 0.2)  # changed meanwhile: look at it again
@@ -453,8 +457,9 @@ class ControllerRunner:
         delay = self.queue.add_failure(
             key, at_least=self.controller.max_backoff if owned_elsewhere else 0.0)
         message = error_message(err)
-        log.error("%s: reconcile of %s failed (attempt %d, retrying in %.1fs): %s",
-                  self.name, describe(key), self.queue.failures(key), delay, message,
+        log.error("%s: reconcile of %s failed (attempt %d, retrying in %.1fs)",
+                  self.name, describe(key), self.queue.failures(key), delay,
+                  extra=logs.failure(err, message),
                   exc_info=not isinstance(err, ApiException | TypeError | AlreadyOwned))
         if not owned_elsewhere:
             # The same failure again is the same note, so its Event's count rises.

@@ -35,7 +35,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -492,6 +492,15 @@ class Informers:
                 if self._started:
                     informer.start()
         return informer
+
+    def each(self, resource: Resource, namespaces: Sequence[str | None], *,
+             label_selector: str | None = None, field_selector: str | None = None,
+             metadata_only: bool = False) -> list[Informer]:
+        """`informer` in each of `namespaces` (in every namespace: ``[None]``), or the one
+        informer of a cluster-scoped `resource`."""
+        return [self.informer(resource, namespace=namespace, label_selector=label_selector,
+                              field_selector=field_selector, metadata_only=metadata_only)
+                for namespace in (namespaces if resource.namespaced else [None])]
 
     def covering(self, resource: Resource, namespace: str | None) -> Informer | None:
         """A synced informer that holds every object of `resource` in `namespace` (None:

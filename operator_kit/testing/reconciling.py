@@ -62,11 +62,11 @@ def reconcile_once(controller: Controller[Any], cluster: TestCluster, name: str,
         informer.relist()
         informer.synced.set()
     key = ((where or "") if kind.namespaced else "", name)
-    raw = runner.primary.get(key)
+    raw = runner.primary_of(key).get(key)
     if raw is None:
         shown = f"{where}/{name}" if kind.namespaced else name
         raise LookupError(f"reconcile_once: controller {controller.name} sees no {kind.kind} "
-                          f"{shown} (watching {runner.primary.description}): create it "
+                          f"{shown} (watching {runner.primary_of(key).description}): create it "
                           "first, in a namespace the controller watches")
     obj = kind.from_dict(raw)
     try:

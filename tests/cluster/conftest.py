@@ -86,7 +86,7 @@ class WidgetController(Controller[Widget]):
     resource = Widget
     owns = ("v1/ConfigMap",)
 
-    def __init__(self, namespace: str, recorder: Recorder | None = None,
+    def __init__(self, namespace: str | list[str] | None, recorder: Recorder | None = None,
                  action: Callable[[Widget], Action] | None = None) -> None:
         super().__init__()
         self.namespace = namespace

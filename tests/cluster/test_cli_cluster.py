@@ -4,12 +4,14 @@ gunicorn logging in the same format."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import signal
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -21,7 +23,7 @@ from operator_kit.localcluster.plane import free_port
 from operator_kit.testing import Namespace, TestCluster, eventually, stop_process
 from tests.unit.test_metrics import CONTROLLER_RUNTIME, DASHBOARD, promtool
 
-from .conftest import create_widget
+from .conftest import Widget, WidgetSpec, create_widget
 
 pytestmark = pytest.mark.usefixtures("widget_kind")
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,7 +71,7 @@ def objects_of(lines: list[str]) -> list[dict[str, Any]]:
     return parsed
 
 
-def test_a_plain_run_serves_probes_and_metrics_and_logs_json_lines_with_the_object(
+def test_a_plain_run_serves_probes_and_metrics_and_logs_zap_json_lines_with_the_object(
         namespace: Namespace, cluster: TestCluster) -> None:
     probes, metrics_port = free_port(), free_port()
     env = dict(os.environ, TEST_NAMESPACE=namespace.name, TEST_LEADER_ELECTION="1",
@@ -91,6 +93,11 @@ def test_a_plain_run_serves_probes_and_metrics_and_logs_json_lines_with_the_obje
                    message="ready once it leads and its caches synced")
         create_widget(namespace, "plain", size=3)
         eventually(60, lambda: namespace.get("v1", "ConfigMap", "plain"))
+        broken = Widget("broken", WidgetSpec(size=1, message="fail"), namespace=namespace.name)
+        namespace.api.request("POST", f"/apis/{Widget.api_version()}/namespaces/"
+                              f"{namespace.name}/widgets", body=broken.to_dict())
+        eventually(60, lambda: any('"broken"' in line and '"error"' in line
+                                   for line in list(output.lines)))
         status, metrics = get(f"http://127.0.0.1:{metrics_port}/metrics")
         assert status == 200
         assert get(f"http://127.0.0.1:{probes}/metrics")[0] == 404  # a port of its own
@@ -122,15 +129,27 @@ def test_a_plain_run_serves_probes_and_metrics_and_logs_json_lines_with_the_obje
     lines = objects_of(output.join())
     mine = [line for line in lines if line.get("name") == "plain"]
     assert any(line["logger"] == "operator_kit.controller.widget"
-               and line["message"] == "widget of size 3" for line in mine), "ctx.log's line"
-    reconciled = [line for line in mine if line["message"].startswith("widget: reconciled ")]
-    assert reconciled and reconciled[0]["level"] == "DEBUG"
-    assert reconciled[0]["message"].endswith(": success")
+               and line["msg"] == "widget of size 3" for line in mine), "ctx.log's line"
+    reconciled = [line for line in mine if line["msg"].startswith("widget: reconciled ")]
+    assert reconciled and reconciled[0]["level"] == "debug"
+    assert reconciled[0]["msg"].endswith(": success")
     for line in mine:
-        assert line["controller"] == "widget" and line["namespace"] == namespace.name
-        assert len(line["reconcile_id"]) == 32
-        assert {"time", "level", "logger", "message"} <= set(line)
-    assert any(line["message"] == "operator served-operator stopped" for line in lines)
+        assert (line["controller"], line["controllerKind"]) == ("widget", "Widget")
+        assert line["controllerGroup"] == Widget.group
+        assert line["namespace"] == namespace.name
+        assert len(line["reconcileID"]) == 32
+        assert {"ts", "level", "logger", "caller", "msg"} <= set(line)
+    assert any(line["msg"] == "operator served-operator stopped" for line in lines)
+    # A failed reconcile's line, as a pipeline that parses controller-runtime's reads it.
+    failed = next(line for line in lines if line.get("name") == "broken" and "error" in line)
+    assert failed["level"] == "error" and failed["controllerKind"] == "Widget"
+    assert failed["error"] == "RuntimeError: widget broken asked to fail"
+    assert failed["errorType"] == "RuntimeError"
+    assert "asked to fail" not in failed["msg"] and "reconcile of" in failed["msg"]
+    assert 'raise RuntimeError(f"widget {widget.name} asked to fail")' in failed["stacktrace"]
+    assert time.time() - datetime.datetime.fromisoformat(failed["ts"]).timestamp() < 300
+    # --log-level debug, and still no line of the client libraries (urllib3's, ...)
+    assert not [line for line in lines if line["logger"].startswith(("urllib3", "kubernetes"))]
 
 
 def test_gunicorn_logs_in_the_same_json_format_its_own_lines_included(
@@ -163,8 +182,8 @@ def test_gunicorn_logs_in_the_same_json_format_its_own_lines_included(
     finally:
         stop_process(server)
     lines = objects_of(output.join())
-    assert any(line["logger"] == "gunicorn.error" and "Booting worker" in line["message"]
+    assert any(line["logger"] == "gunicorn.error" and "Booting worker" in line["msg"]
                for line in lines), "gunicorn's own lines in the same format"
     reconciled = [line for line in lines if line.get("name") == "served-json"
-                  and line["message"].startswith("widget: reconciled ")]
+                  and line["msg"].startswith("widget: reconciled ")]
     assert reconciled and reconciled[0]["namespace"] == namespace.name

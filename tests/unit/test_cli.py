@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import socket
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -20,7 +23,16 @@ from typing import Any
 
 import pytest
 
-from operator_kit import Action, Context, Controller, CustomResource, Operator, cli
+from operator_kit import (
+    Action,
+    Context,
+    Controller,
+    CustomResource,
+    LeaderElection,
+    Operator,
+    Sharding,
+    cli,
+)
 from operator_kit.cli import Address, Settings, UsageError, apply_environment, parse
 from operator_kit.localcluster.plane import free_port
 
@@ -126,7 +138,7 @@ def test_each_flag_is_read(kubeconfig: Path) -> None:
                       "--health-probe-bind-address", ":9001",
                       "--metrics-bind-address", "[::1]:9002"], environ={})
     assert settings == Settings(
-        namespace="ops", watch_namespace="apps", kubeconfig=str(kubeconfig),
+        namespace="ops", watch_namespaces=("apps",), kubeconfig=str(kubeconfig),
         log_level="debug", log_format="json",
         health_probe_bind_address=Address("0.0.0.0", 9001),
         metrics_bind_address=Address("::1", 9002))
@@ -140,7 +152,7 @@ def test_each_environment_variable_is_read_and_a_flag_wins_over_it(kubeconfig: P
                "OPERATOR_KIT_METRICS_BIND_ADDRESS": "127.0.0.2:9100"}
     settings = parse([], environ=environ)
     assert settings == Settings(
-        namespace="ops", watch_namespace="apps", kubeconfig=str(kubeconfig),
+        namespace="ops", watch_namespaces=("apps",), kubeconfig=str(kubeconfig),
         log_level="warning", log_format="json", health_probe_bind_address=None,
         metrics_bind_address=Address("127.0.0.2", 9100))
     assert parse(["--log-format", "text", "--namespace", "mine"],
@@ -155,6 +167,11 @@ def test_zero_turns_a_server_off() -> None:
     assert settings.metrics_bind_address is None
 
 
+def test_the_client_libraries_debug_lines_are_asked_for_in_the_environment() -> None:
+    assert parse([], environ={}).log_libraries is False
+    assert parse([], environ={"OPERATOR_KIT_LOG_LIBRARIES": "yes"}).log_libraries is True
+
+
 def test_manifests_takes_every_flag_after_it() -> None:
     assert parse(["--manifests", "--namespace", "x"], environ={}).manifests == [
         "--namespace", "x"]
@@ -164,6 +181,8 @@ def test_manifests_takes_every_flag_after_it() -> None:
     (["--log-level", "loud"], {}, "--log-level 'loud' is not a log level; use one of debug"),
     ([], {"OPERATOR_KIT_LOG_LEVEL": "loud"}, "OPERATOR_KIT_LOG_LEVEL 'loud' is not a log"),
     (["--log-format", "xml"], {}, "--log-format 'xml' is not a log format; use text or json"),
+    ([], {"OPERATOR_KIT_LOG_LIBRARIES": "loud"}, "OPERATOR_KIT_LOG_LIBRARIES='loud': "
+     "neither yes nor no; use 1, true, yes or on to turn it on"),
     (["--metrics-bind-address", "8080"], {}, "--metrics-bind-address '8080' is not an "
      "address; give HOST:PORT or :PORT"),
     ([], {"OPERATOR_KIT_HEALTH_PROBE_BIND_ADDRESS": "host:http"},
@@ -224,7 +243,8 @@ def test_help_lists_every_flag_and_exits_0(capsys: pytest.CaptureFixture[str]) -
     assert code == 0
     for flag in ("--version", "--namespace", "--watch-namespace", "--kubeconfig",
                  "--log-level", "--log-format", "--health-probe-bind-address",
-                 "--metrics-bind-address", "--manifests"):
+                 "--metrics-bind-address", "--leader-elect", "--no-leader-elect",
+                 "--manifests"):
         assert flag in out
 
 
@@ -430,8 +450,8 @@ def test_json_log_format_makes_every_line_one_json_object(
                           "--health-probe-bind-address", "0", "--metrics-bind-address", "0"],
                          capsys, run=run)
     lines = [json.loads(line) for line in err.splitlines()]
-    assert {"time", "level", "logger", "message"} <= set(lines[-1])
-    assert lines[-1]["message"] == "hello"
+    assert {"ts", "level", "logger", "msg"} <= set(lines[-1])
+    assert lines[-1]["msg"] == "hello"
 
 
 @pytest.mark.parametrize(("argv", "says"), [
@@ -453,3 +473,170 @@ def test_python_dash_m_operator_with_bad_input_prints_one_line_and_exits_2(
     assert result.stderr.startswith("python -m backup_operator: error: ")
     assert result.stderr.count("\n") == 1 and says in result.stderr
     assert "Traceback" not in result.stderr
+
+
+# -- leader election ---------------------------------------------------------------------
+
+@pytest.mark.parametrize(("argv", "environ", "expected"), [
+    ([], {}, None),
+    (["--leader-elect"], {}, True),
+    (["--no-leader-elect"], {}, False),
+    ([], {"OPERATOR_KIT_LEADER_ELECT": "yes"}, True),
+    ([], {"OPERATOR_KIT_LEADER_ELECT": "off"}, False),
+    (["--no-leader-elect"], {"OPERATOR_KIT_LEADER_ELECT": "1"}, False),
+])
+def test_leader_elect_is_read_from_the_flag_then_the_environment(
+        argv: list[str], environ: dict[str, str], expected: bool | None) -> None:
+    assert parse(argv, environ=environ).leader_elect is expected
+
+
+def test_a_bad_leader_elect_variable_names_the_yes_or_no() -> None:
+    with pytest.raises(UsageError, match="OPERATOR_KIT_LEADER_ELECT='sometimes': neither "
+                                         "yes nor no"):
+        parse([], environ={"OPERATOR_KIT_LEADER_ELECT": "sometimes"})
+
+
+@pytest.mark.parametrize(("declared", "argv", "elects"), [
+    (None, [], False),
+    (LeaderElection(lease_duration=30), [], True),
+    (None, ["--leader-elect"], True),
+    (LeaderElection(lease_duration=30), ["--no-leader-elect"], False),
+])
+def test_leader_elect_overrides_what_the_operator_declares(
+        capsys: pytest.CaptureFixture[str], kubeconfig: Path,
+        declared: LeaderElection | None, argv: list[str], elects: bool) -> None:
+    operator = Operator("op", [ThingController()], leader_election=declared)
+    seen: list[LeaderElection | None] = []
+    run_main(operator, ["--kubeconfig", str(kubeconfig), "--health-probe-bind-address", "0",
+                        "--metrics-bind-address", "0", *argv], capsys,
+             run=lambda: seen.append(operator.leader_election) or 0)
+    assert (seen[0] is not None) is elects
+    if declared is not None and elects:
+        assert seen[0] is declared  # its own settings are kept
+    if declared is None and elects:
+        assert seen[0] == LeaderElection()
+
+
+def test_no_leader_elect_on_a_sharded_operator_is_a_usage_error(
+        capsys: pytest.CaptureFixture[str], kubeconfig: Path) -> None:
+    operator = Operator("op", [ThingController()], leader_election=LeaderElection(),
+                        sharding=Sharding())
+    code, _, err = run_main(operator, ["--kubeconfig", str(kubeconfig), "--no-leader-elect"],
+                            capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "--no-leader-elect (OPERATOR_KIT_LEADER_ELECT=0): operator op shards" in err
+    assert operator.leader_election is not None
+
+
+# -- --version ---------------------------------------------------------------------------
+
+def checkout(root: Path, project_file: str, text: str, *, src: bool = False) -> Path:
+    """A project checkout holding the package my_op (an Operator my-op), not installed;
+    returns the folder to put on PYTHONPATH."""
+    (root / project_file).write_text(text)
+    folder = root / "src" if src else root
+    package = folder / "my_op"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(
+        "from operator_kit import Operator\n\noperator = Operator('my-op')\n")
+    (package / "__main__.py").write_text(
+        "import sys\n\nfrom my_op import operator\n\nsys.exit(operator.main())\n")
+    return folder
+
+
+@pytest.mark.parametrize(("project_file", "text", "src"), [
+    ("pyproject.toml", '[build-system]\nrequires = ["setuptools"]\n\n[project]\n'
+     'name = "my-op"\nversion = "2.3.4"\n\n[tool.x]\nversion = "9"\n', False),
+    ("pyproject.toml", "[project]\nname = 'my-op'\nversion = '2.3.4'\n", True),
+    ("setup.cfg", "[metadata]\nname = my-op\nversion = 2.3.4\n", False),
+])
+@pytest.mark.parametrize("how", ["package", "operator_kit"])
+def test_version_of_an_operator_run_from_a_checkout_on_pythonpath(
+        tmp_path: Path, project_file: str, text: str, src: bool, how: str) -> None:
+    import operator_kit
+
+    folder = checkout(tmp_path, project_file, text, src=src)
+    root = Path(operator_kit.__file__).parents[1]
+    args = ["my_op"] if how == "package" else ["operator_kit", "my_op:operator"]
+    result = subprocess.run([sys.executable, "-m", *args, "--version"], cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": f"{folder}:{root}"},
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"my-op 2.3.4 (operator_kit {operator_kit.__version__})\n"
+
+
+def test_python_dash_m_operator_kit_names_the_app_in_its_messages(tmp_path: Path) -> None:
+    import operator_kit
+
+    folder = checkout(tmp_path, "setup.cfg", "[metadata]\nversion = 1\n")
+    root = Path(operator_kit.__file__).parents[1]
+    result = subprocess.run([sys.executable, "-m", "operator_kit", "my_op:operator", "--bogus"],
+                            cwd=tmp_path, env={**os.environ, "PYTHONPATH": f"{folder}:{root}"},
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 2
+    assert result.stderr.startswith("python -m operator_kit my_op:operator: error: "
+                                    "unrecognized arguments: --bogus")
+
+
+def test_without_a_version_anywhere_it_says_unknown(tmp_path: Path) -> None:
+    assert cli._checkout_version(str(tmp_path / "pkg" / "__init__.py")) is None
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\ndynamic = ['version']\n")
+    assert cli._checkout_version(str(tmp_path / "pkg" / "__init__.py")) is None
+
+
+# -- several watch namespaces ------------------------------------------------------------
+
+@pytest.mark.parametrize(("argv", "environ", "expected"), [
+    ([], {}, ()),
+    (["--watch-namespace", "apps"], {}, ("apps",)),
+    (["--watch-namespace", "apps,batch", "--watch-namespace", "web"], {},
+     ("apps", "batch", "web")),
+    (["--watch-namespace", "b,a,b"], {}, ("b", "a")),
+    ([], {"OPERATOR_KIT_WATCH_NAMESPACE": "apps, batch"}, ("apps", "batch")),
+    (["--watch-namespace", "web"], {"OPERATOR_KIT_WATCH_NAMESPACE": "apps,batch"}, ("web",)),
+])
+def test_several_watch_namespaces_by_repeating_the_flag_or_joining_with_commas(
+        argv: list[str], environ: dict[str, str], expected: tuple[str, ...]) -> None:
+    assert parse(argv, environ=environ).watch_namespaces == expected
+
+
+@pytest.mark.parametrize(("argv", "environ", "message"), [
+    (["--watch-namespace", "apps,Bad_NS"], {}, "--watch-namespace='Bad_NS': not a namespace "
+     "name"),
+    (["--watch-namespace", "apps,,batch"], {}, "--watch-namespace='': empty"),
+    ([], {"OPERATOR_KIT_WATCH_NAMESPACE": "apps,-x"}, "OPERATOR_KIT_WATCH_NAMESPACE='-x': "
+     "not a namespace name"),
+])
+def test_each_watch_namespace_is_checked(argv: list[str], environ: dict[str, str],
+                                         message: str) -> None:
+    with pytest.raises(UsageError) as raised:
+        parse(argv, environ=environ)
+    assert message in str(raised.value)
+
+
+def test_several_watch_namespaces_reach_the_controllers_that_watch_everywhere(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    pinned = ThingController()
+    pinned.name, pinned.namespace = "pinned", "elsewhere"
+    everywhere, cluster_scoped = ThingController(), ClusterThingController()
+    operator = Operator("op", [everywhere, pinned, cluster_scoped])
+    apply_environment(operator, Settings(watch_namespaces=("b", "a")))
+    assert [c.watch_namespaces() for c in operator.controllers] == [
+        ["a", "b"], ["elsewhere"], [None]]
+    # gunicorn's worker: the same from the environment
+    other = ThingController()
+    monkeypatch.setenv("OPERATOR_KIT_WATCH_NAMESPACE", "x,y")
+    apply_environment(Operator("op2", [other]))
+    assert other.watch_namespaces() == ["x", "y"]
+
+
+def test_a_controllers_namespaces_are_none_one_or_several() -> None:
+    controller = ThingController()
+    assert controller.watch_namespaces() == [None]
+    controller.namespace = "apps"
+    assert controller.watch_namespaces() == ["apps"]
+    controller.namespace = {"web", "apps"}
+    assert controller.watch_namespaces() == ["apps", "web"]
+    controller.namespace = []
+    with pytest.raises(ValueError, match="names no namespace; give None"):
+        controller.watch_namespaces()
