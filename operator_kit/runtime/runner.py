@@ -44,6 +44,7 @@ from operator_kit.runtime.objects import Objects, decode, resource_of
 from operator_kit.runtime.own_writes import OwnWrites
 from operator_kit.runtime.queueing import Backoff, WorkQueue
 from operator_kit.runtime.scope import ShardScope
+from operator_kit.runtime.timeouts import Watchdog
 from operator_kit.runtime.watching import Informer, Informers, Key, WatchEvent
 
 log = logging.getLogger("operator_kit.controller")
@@ -113,12 +114,10 @@ class ControllerRunner:
                 if informer.resource == resource:
                     informer.store.add_index(name, index.over_cache(api.client))
         self._workers: list[threading.Thread] = []
-        # key -> (monotonic start, its worker), for the watchdog
-        self._running: dict[Key, tuple[float, threading.Thread]] = {}
-        self._running_lock = threading.Lock()
-        # Workers a spare replaced while they were stuck; each exits once its reconcile
-        # returns, so there are as many spares running as there are workers in here.
-        self._retiring: set[threading.Thread] = set()
+        self.watchdog = Watchdog(self.name, timeout=controller.reconcile_timeout,
+                                 max_spares=controller.max_concurrent_reconciles,
+                                 stop=stop, start_worker=self._start_worker,
+                                 post_event=self._post_stuck_event)
         self._owner_group = kind.group
         self._owner_kind = kind.kind
         self._namespaced = kind.namespaced
@@ -134,7 +133,6 @@ class ControllerRunner:
         self._in_flight = metrics.Both(metrics.IN_FLIGHT.labels(self.name),
                                        metrics.CR_ACTIVE_WORKERS.labels(self.name))
         metrics.init_controller(self.name, controller.max_concurrent_reconciles)
-        self._stuck = metrics.STUCK.labels(self.name)
 
     def _resource(self, kind: KindSpec, where: str) -> Resource:
         try:
@@ -242,10 +240,7 @@ class ControllerRunner:
             informer.add_handler(handler)
         for i in range(self.controller.max_concurrent_reconciles):
             self._start_worker(f"reconcile-{self.name}-{i}")
-        watchdog = threading.Thread(target=self._watch_stuck, name=f"watchdog-{self.name}",
-                                    daemon=True)
-        watchdog.start()
-        self._workers.append(watchdog)
+        self._workers.append(self.watchdog.start())
 
     def _start_worker(self, name: str) -> None:
         worker = threading.Thread(target=self._work, name=name, daemon=True)
@@ -253,54 +248,16 @@ class ControllerRunner:
         # A new list, not an append: shut_down may be iterating over the old one.
         self._workers = [w for w in self._workers if w.is_alive()] + [worker]
 
-    def _watch_stuck(self) -> None:
-        """Report reconciles running past ``reconcile_timeout`` (once each), and replace
-        their workers.
-
-        A Python thread cannot be stopped from outside, so a hung reconcile keeps its key
-        and its thread. The watchdog makes it visible (an error log, a Warning Event on
-        the object, the ``..._stuck_reconciles`` gauge) and starts another worker in its
-        place, so other keys are still reconciled even with one worker; the stuck one
-        exits once its reconcile returns. At most ``max_concurrent_reconciles`` such
-        spares run at once, which bounds the threads when everything hangs."""
-        timeout = self.controller.reconcile_timeout
-        reported: set[tuple[Key, float]] = set()
-        spares_started = 0
-        while not self.stop.wait(min(1.0, timeout / 4)):
-            now = time.monotonic()
-            with self._running_lock:
-                running = dict(self._running)
-            stuck = {(key, started) for key, (started, _) in running.items()
-                     if now - started > timeout}
-            self._stuck.set(len(stuck))
-            for key, started in stuck - reported:
-                replaced = False
-                with self._running_lock:
-                    worker = running[key][1]
-                    if (len(self._retiring) < self.controller.max_concurrent_reconciles
-                            and worker not in self._retiring and not self.stop.is_set()):
-                        self._retiring.add(worker)
-                        replaced = True
-                if replaced:
-                    spares_started += 1
-                    self._start_worker(f"reconcile-{self.name}-spare-{spares_started}")
-                log.error("%s: reconcile of %s has run for %.0fs (reconcile_timeout %gs): "
-                          "it may be hung on a call without a timeout; %s", self.name,
-                          describe(key), now - started, timeout,
-                          "another worker was started in its place" if replaced else
-                          "no spare worker left to start in its place")
-                raw = self.primary.get(key)
-                if raw is not None:
-                    self.context.event(raw, True, "ReconcileStuck",
-                                       f"reconcile has run for more than {timeout:g}s")
-            reported = stuck
+    def _post_stuck_event(self, key: Key, note: str) -> None:
+        raw = self.primary.get(key)
+        if raw is not None:
+            self.context.event(raw, True, "ReconcileStuck", note)
 
     def dead_threads(self) -> list[str]:
         """The names of this controller's threads that ended while they should run."""
         if self.stop.is_set():
             return []
-        with self._running_lock:
-            retiring = set(self._retiring)
+        retiring = self.watchdog.retiring()
         return [t.name for t in self._workers if not t.is_alive() and t not in retiring]
 
     def synced(self) -> bool:
@@ -341,11 +298,8 @@ class ControllerRunner:
             finally:
                 self.queue.done(key)
                 self._depth.set(len(self.queue))
-            with self._running_lock:
-                current = threading.current_thread()
-                if current in self._retiring:  # a spare took its place while it was stuck
-                    self._retiring.discard(current)
-                    return
+            if self.watchdog.retire():  # a spare took its place while it was stuck
+                return
 
     def _process(self, key: Key) -> None:
         if not self.caught_up.ready(key, self.stop):  # its last pass's writes, not yet seen
@@ -374,10 +328,8 @@ class ControllerRunner:
             self.context.event(raw, True, "InvalidResource", str(err))
             self.queue.forget(key)
             return
-        started = time.monotonic()
         self._in_flight.inc()
-        with self._running_lock:
-            self._running[key] = (started, threading.current_thread())
+        started = self.watchdog.begin(key)
         result = "requeue"  # controller_runtime_reconcile_total's result label
         try:
             action = self.finalize_or_reconcile(obj)
@@ -412,8 +364,7 @@ class ControllerRunner:
             self._failed(key, obj, err)
             return
         finally:
-            with self._running_lock:
-                self._running.pop(key, None)
+            self.watchdog.end(key)
             self._in_flight.dec()
             self._reconciles.inc()
             metrics.CR_RECONCILES.labels(self.name, result).inc()
