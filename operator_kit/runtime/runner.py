@@ -45,7 +45,7 @@ from operator_kit.runtime.objects import Objects, decode, resource_of
 from operator_kit.runtime.own_writes import OwnWrites
 from operator_kit.runtime.queueing import Backoff, WorkQueue
 from operator_kit.runtime.scope import ShardScope
-from operator_kit.runtime.timeouts import Attempt, Watchdog
+from operator_kit.runtime.timeouts import REPLACEMENTS_PER_WORKER, Attempt, Watchdog
 from operator_kit.runtime.watching import Informer, Informers, Key, WatchEvent
 
 log = logging.getLogger("operator_kit.controller")
@@ -119,7 +119,8 @@ class ControllerRunner:
                     informer.store.add_index(name, index.over_cache(api.client))
         self._workers: list[threading.Thread] = []
         self.watchdog = Watchdog(self.name, timeout=controller.reconcile_timeout,
-                                 max_spares=controller.max_concurrent_reconciles,
+                                 max_spares=controller.max_concurrent_reconciles
+                                 * REPLACEMENTS_PER_WORKER,
                                  stop=stop, start_worker=self._start_worker,
                                  on_timeout=self._timed_out)
         self._owner_group = kind.group
@@ -273,8 +274,8 @@ class ControllerRunner:
             log.error("%s: reconcile of %s timed out after %gs (reconcile_timeout): retrying "
                       "in %.1fs; its writes are refused from now on; %s", self.name,
                       describe(key), timeout, delay, "a new worker took its place" if replaced
-                      else "no new worker took its place (max_concurrent_reconciles are "
-                      "timed out already): fewer workers until one returns")
+                      else "no new worker took its place (as many timed-out reconciles "
+                      "run already as are replaced): fewer workers until one returns")
         raw = self.primary.get(key)
         if raw is not None:  # the same note each time, so the Event's count rises
             self.context.event(raw, True, "ReconcileTimeout",

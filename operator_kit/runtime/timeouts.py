@@ -33,11 +33,15 @@ requests made with the kubernetes client's own classes on ``ctx.client``, and ca
 systems other than the API server — those are the reconcile's own to bound (give every
 call a timeout).
 
-Replacements are bounded: at most ``max_concurrent_reconciles`` abandoned threads are
-replaced at once (they exit when their calls return); past that, a timeout still
-releases the key and fences the writes, but the controller runs with fewer workers
-until an abandoned thread returns. ``operator_kit_controller_stuck_reconciles`` is the
-number of abandoned reconciles still running.
+Replacements are bounded: at most `REPLACEMENTS_PER_WORKER` times
+``max_concurrent_reconciles`` abandoned threads are replaced at once (they exit when
+their calls return). Several per worker, because the retry of a key that hung usually
+hangs again (the cloud API is still down) while the first attempt still runs; bounded,
+because threads must not grow without end when everything hangs. Past the bound a
+timeout still releases the key and fences the writes, but the controller runs with
+fewer workers until an abandoned thread returns.
+``operator_kit_controller_stuck_reconciles`` is the number of abandoned reconciles
+still running.
 
 With ``reconcile_timeout = None`` (the default, as in controller-runtime) nothing is
 timed out: a hung reconcile holds its worker and its key until it returns, and
@@ -58,6 +62,9 @@ from operator_kit.runtime.cache import describe
 from operator_kit.runtime.watching import Key
 
 log = logging.getLogger("operator_kit.controller")
+
+REPLACEMENTS_PER_WORKER = 4
+"""How many abandoned threads each of a controller's workers may have replaced at once."""
 
 MIN_WAKE = 0.01
 """The watchdog's shortest sleep (seconds), so a deadline just passed costs no spin."""
