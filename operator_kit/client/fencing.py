@@ -21,7 +21,10 @@ READS = ("GET", "HEAD")
 
 
 class Fenced(RuntimeError):
-    """A write refused because its writer may no longer write (its fence closed)."""
+    """A write refused before it was sent, because its writer may no longer write: a
+    reconcile past its ``reconcile_timeout`` (its key was released for a retry, which
+    may be running), or a shard member's reconcile after its Lease lapsed. The message
+    says which. Catching it changes nothing: what such a reconcile returns is discarded."""
 
 
 class FencedApi(Api):

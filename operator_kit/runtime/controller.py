@@ -176,7 +176,7 @@ class Controller(Generic[R]):
     - ``reconcile_timeout`` (seconds; default None: no timeout, as controller-runtime's
       ``ReconciliationTimeout``): a reconcile running longer is abandoned — its key is
       released for a retry with backoff, its Context's further writes are refused
-      (`operator_kit.client.fencing.Fenced`), a replacement worker keeps the
+      (`operator_kit.Fenced`), a replacement worker keeps the
       concurrency, and what it returns at last is discarded. A thread cannot be
       cancelled, so the abandoned one runs on until its call returns, beside the
       retry (`operator_kit.runtime.timeouts`).
