@@ -24,7 +24,7 @@ class Fenced(RuntimeError):
     """A write refused before it was sent, because its writer may no longer write: a
     reconcile past its ``reconcile_timeout`` (its key was released for a retry, which
     may be running), or a shard member's reconcile after its Lease lapsed. The message
-    says which. Catching it changes nothing: what such a reconcile returns is discarded."""
+    says which; a timed-out reconcile's result is discarded whatever it returns."""
 
 
 class FencedApi(Api):

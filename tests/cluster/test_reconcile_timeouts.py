@@ -180,3 +180,44 @@ def test_when_every_reconcile_hangs_the_replacement_workers_are_bounded(
         eventually(30, lambda i=i: size_in_config_map(namespace, f"hangs-{i}") == str(i))
     eventually(10, lambda: reconcile_workers() == 2, message="back to 2 workers")
     eventually(10, lambda: stuck() == 0)
+
+
+def test_a_timed_out_cleanup_does_not_remove_the_finalizer_when_it_returns(
+        namespace: Namespace, run_operator: RunOperator) -> None:
+    finalizer = "ctl.operator-kit.test/cleanup"
+    first_may_return = threading.Event()
+    retry_may_return = threading.Event()
+    cleanups: list[str] = []
+
+    class SlowCleanup(WidgetController):
+        reconcile_timeout = 1.0
+        on_error = 0.2
+        max_concurrent_reconciles = 1
+
+        def cleanup(self, obj: Any, ctx: Any) -> None:
+            cleanups.append(obj.name)
+            (first_may_return if len(cleanups) == 1 else retry_may_return).wait(30)
+
+    SlowCleanup.finalizer = finalizer
+    before = timeouts()
+    run_operator(SlowCleanup(namespace.name))
+    create_widget(namespace, "w")
+
+    def finalizers() -> list[str] | None:
+        widget = namespace.get("ctl.operator-kit.test/v1", "Widget", "w")
+        return None if widget is None else widget["metadata"].get("finalizers") or []
+
+    eventually(10, lambda: finalizers() == [finalizer])
+    namespace.api.request("DELETE", f"/apis/ctl.operator-kit.test/v1/namespaces/"
+                                    f"{namespace.name}/widgets/w")
+    try:
+        # The first cleanup times out; its retry starts (and waits) beside it.
+        eventually(10, lambda: len(cleanups) == 2 and timeouts() - before == 1)
+        first_may_return.set()
+        eventually(10, lambda: stuck() == 0, message="the abandoned cleanup returned")
+        time.sleep(0.5)  # time for a removal that got through to show
+        assert finalizers() == [finalizer], "the abandoned cleanup's removal was refused"
+    finally:
+        first_may_return.set()
+        retry_may_return.set()
+    eventually(10, lambda: finalizers() is None, message="the retry removes it: gone")
