@@ -19,6 +19,9 @@ from operator_kit.client.transport import Api
 
 READS = ("GET", "HEAD")
 
+Refusal = Callable[[], str | None]
+"""A fence: None while writes may pass, else the reason they are refused."""
+
 
 class Fenced(RuntimeError):
     """A write refused before it was sent, because its writer may no longer write: a
@@ -32,7 +35,7 @@ class FencedApi(Api):
     but a read first asks `refusal`, and raises `Fenced` with the reason it returns
     (None: the write goes through). Fences nest: the request then passes `api`'s."""
 
-    def __init__(self, api: Api, refusal: Callable[[], str | None]) -> None:
+    def __init__(self, api: Api, refusal: Refusal) -> None:
         self.__dict__.update(api.__dict__)  # the same client, connections and discovery
         self._inner = api
         self._refusal = refusal

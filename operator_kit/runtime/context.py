@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Literal, TypeVar
 
 from kubernetes import client
@@ -20,7 +20,7 @@ from operator_kit.api.kinds import Kind, KindSpec
 from operator_kit.api.resources import CustomResource
 from operator_kit.api.shapes import ConstrainedShape, NullableShape, ObjectShape
 from operator_kit.client.events import EventRecorder
-from operator_kit.client.fencing import Fenced
+from operator_kit.client.fencing import Fenced, Refusal
 from operator_kit.client.transport import Api
 from operator_kit.runtime.objects import Objects, PatchType, encode, obj_like
 from operator_kit.runtime.own_writes import LastApplies, OwnWrites
@@ -50,7 +50,7 @@ class Context:
                  own_writes: OwnWrites | None = None, namespace: str | None = None,
                  shard_label: str | None = None,
                  last_applies: LastApplies | None = None,
-                 refusal: Callable[[], str | None] | None = None) -> None:
+                 refusal: Refusal | None = None) -> None:
         self.api = api
         self.shard_label = shard_label
         """A shard member's assignment label: children get their owner's (sharding.py)."""
@@ -73,8 +73,7 @@ class Context:
         # `obj` held before the first one.
         self._statuses: dict[tuple[str, str | None, str], dict[str, Any]] = {}
 
-    def for_object(self, obj: CustomResource,
-                   refusal: Callable[[], str | None] | None = None) -> Context:
+    def for_object(self, obj: CustomResource, refusal: Refusal | None = None) -> Context:
         """A context for one reconcile of `obj`: its own read-your-writes journal. With
         `refusal` (a reconcile's timeout), its writes and Events are fenced: refused
         with `Fenced` once `refusal` gives a reason (`operator_kit.client.fencing`)."""

@@ -26,7 +26,7 @@ from operator_kit import logs, metrics
 from operator_kit.api.kinds import Kind, KindSpec
 from operator_kit.api.resources import CustomResource, InvalidResource
 from operator_kit.client.events import EventRecorder
-from operator_kit.client.fencing import FencedApi
+from operator_kit.client.fencing import FencedApi, Refusal
 from operator_kit.client.transport import (
     METADATA_ONLY,
     Api,
@@ -49,9 +49,6 @@ from operator_kit.runtime.timeouts import REPLACEMENTS_PER_WORKER, Attempt, Watc
 from operator_kit.runtime.watching import Informer, Informers, Key, WatchEvent
 
 log = logging.getLogger("operator_kit.controller")
-
-# A reconcile's write fence (its timeout; operator_kit.client.fencing), or None.
-Refusal = Callable[[], str | None] | None
 
 # Tries of the finalizer's removal after cleanup, each after a 409 and a fresh read.
 FINALIZER_REMOVAL_ATTEMPTS = 5
@@ -294,11 +291,13 @@ class ControllerRunner:
         return self.primary.synced.is_set() and all(i.synced.is_set() for i in self.owned)
 
     def shut_down(self, timeout: float) -> bool:
-        """Hand out no more keys; wait up to `timeout` for reconciles in flight."""
+        """Hand out no more keys; wait up to `timeout` for reconciles in flight, and for
+        the workers (abandoned ones after a timeout among them) in all, not each."""
+        deadline = time.monotonic() + timeout
         self.queue.shut_down()
         idle = self.queue.wait_idle(timeout)
         for worker in list(self._workers):  # the watchdog may have added spares
-            worker.join(max(0.1, timeout))
+            worker.join(max(0.1, deadline - time.monotonic()))
         return idle
 
     def _work(self) -> None:
@@ -532,7 +531,7 @@ class ControllerRunner:
             return False
         return bool(current.get("metadata", {}).get("uid") != obj.uid)
 
-    def _reconcile(self, obj: CustomResource, refusal: Refusal) -> Action | None:
+    def _reconcile(self, obj: CustomResource, refusal: Refusal | None) -> Action | None:
         ctx = self.context.for_object(obj, refusal)
         try:
             return checked_result(self.controller.reconcile(obj, ctx))
@@ -542,7 +541,7 @@ class ControllerRunner:
                                         ctx.objects.unseen_writes())
 
     def finalize_or_reconcile(self, obj: CustomResource,
-                              refusal: Refusal = None) -> Action | None:
+                              refusal: Refusal | None = None) -> Action | None:
         """One pass of the finalizer state machine (see controller.py) for `obj`, with
         reconcile or cleanup (at most once) run in this thread; `Conflict` when our copy
         is stale as the finalizer is added, or its removal kept conflicting. With

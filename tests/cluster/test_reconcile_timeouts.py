@@ -221,3 +221,30 @@ def test_a_timed_out_cleanup_does_not_remove_the_finalizer_when_it_returns(
         first_may_return.set()
         retry_may_return.set()
     eventually(10, lambda: finalizers() is None, message="the retry removes it: gone")
+
+
+def test_stopping_waits_for_abandoned_reconciles_within_its_bound_in_all_not_each(
+        namespace: Namespace, run_operator: RunOperator) -> None:
+    release = threading.Event()
+
+    class AllHang(WidgetController):
+        max_concurrent_reconciles = 2
+        reconcile_timeout = 0.3
+        on_error = 0.2
+
+        def reconcile(self, obj: Any, ctx: Any) -> Any:
+            release.wait(60)
+            return super().reconcile(obj, ctx)
+
+    operator = run_operator(AllHang(namespace.name))
+    try:
+        for i in range(6):
+            create_widget(namespace, f"hangs-{i}", size=i)
+        eventually(15, lambda: stuck() >= 6, message="six abandoned reconciles hang")
+        started = time.monotonic()
+        operator.stop(timeout=1.0)
+        took = time.monotonic() - started
+        assert took < 3.0, f"stop took {took:.1f}s: a 1 s bound per hung thread, not in all"
+    finally:
+        release.set()
+    eventually(10, lambda: reconcile_workers() == 0, message="every worker ends")
