@@ -43,6 +43,11 @@ def stuck() -> float:
                                      {"controller": "widget"}) or 0.0
 
 
+def requeues_after() -> float:
+    return REGISTRY.get_sample_value("controller_runtime_reconcile_total",
+                                     {"controller": "widget", "result": "requeue_after"}) or 0.0
+
+
 def reconcile_workers() -> int:
     return sum(1 for t in threading.enumerate()
                if t.name.startswith("reconcile-widget-") and t.is_alive())
@@ -128,9 +133,9 @@ def test_a_timed_out_reconciles_late_writes_are_refused_and_never_reach_the_api_
                 except Fenced as err:
                     outcomes[name] = str(err)
             finished.set()
-            return Action.requeue(0.1)  # discarded: no requeue comes of it
+            return Action.requeue(0.1)  # discarded: neither counted nor requeued
 
-    before = timeouts()
+    before, requeued_before = timeouts(), requeues_after()
     run_operator(LateWriter(namespace.name))
     create_widget(namespace, "w", size=3)
     try:
@@ -150,6 +155,7 @@ def test_a_timed_out_reconciles_late_writes_are_refused_and_never_reach_the_api_
     assert widget is not None and widget["status"]["observed_size"] == 3
     assert namespace.get("v1", "ConfigMap", "late-w") is None
     assert not [e for e in namespace.list("v1", "Event") if e["reason"] == "LateWrite"]
+    assert requeues_after() == requeued_before, "what it returned was not recorded"
 
 
 def test_when_every_reconcile_hangs_the_replacement_workers_are_bounded(
