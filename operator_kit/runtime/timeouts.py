@@ -91,9 +91,10 @@ class Attempt:
 class Watchdog:
     """The reconciles of one controller in flight, and the thread that times them out.
 
-    `begin` and `finish` bracket each reconcile in its worker; `expire` (the watchdog
-    thread's step, a pure function of the clock) times out the attempts past their
-    deadline. With ``timeout=None`` nothing is tracked and no thread runs."""
+    `begin` and `finish` bracket each reconcile in its worker; `expire(now)` (the
+    watchdog thread's step, given the time, so tests need no thread) times out the
+    attempts past their deadline. With ``timeout=None`` nothing is tracked and no
+    thread runs."""
 
     def __init__(self, controller: str, *, timeout: float | None, max_spares: int,
                  stop: threading.Event, start_worker: Callable[[str], None],
