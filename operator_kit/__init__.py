@@ -35,6 +35,7 @@ from operator_kit.api.validation import (
     UniqueItems,
     cel_rules,
 )
+from operator_kit.client.fencing import Fenced
 from operator_kit.election.leader import LeaderElection
 from operator_kit.election.sharding import Sharding
 from operator_kit.operator import Operator
@@ -60,6 +61,7 @@ __all__ = [
     "CustomResource",
     "ExclusiveMaximum",
     "ExclusiveMinimum",
+    "Fenced",
     "Format",
     "Index",
     "InvalidResource",

@@ -86,7 +86,9 @@ IN_FLIGHT = Gauge(
 
 STUCK = Gauge(
     "operator_kit_controller_stuck_reconciles",
-    "Reconciles running longer than the controller's reconcile_timeout.",
+    "Reconciles that ran past the controller's reconcile_timeout and have not returned "
+    "yet: their keys were released for a retry and their writes are refused, but their "
+    "threads still run (a Python thread cannot be cancelled).",
     ["controller"],
 )
 MAPPER_ERRORS = Counter(
@@ -125,6 +127,12 @@ CR_RECONCILE_TIME = Histogram(
              0.7, 0.8, 0.9, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5, 6, 7, 8, 9,
              10, 15, 20, 25, 30, 40, 50, 60),
 )
+CR_RECONCILE_TIMEOUTS = Counter(
+    "controller_runtime_reconcile_timeouts",
+    "Total number of reconciliation timeouts per controller: reconciles that ran past "
+    "reconcile_timeout (each also counts as an error).",
+    ["controller"],
+)
 CR_ACTIVE_WORKERS = Gauge(
     "controller_runtime_active_workers",
     "Number of currently used workers per controller.",
@@ -145,6 +153,7 @@ def init_controller(controller: str, max_concurrent_reconciles: int) -> None:
         CR_RECONCILES.labels(controller, result)
     CR_RECONCILE_ERRORS.labels(controller)
     CR_RECONCILE_PANICS.labels(controller)
+    CR_RECONCILE_TIMEOUTS.labels(controller)
     CR_ACTIVE_WORKERS.labels(controller)
     CR_MAX_CONCURRENT.labels(controller).set(max_concurrent_reconciles)
     WORKQUEUE_RETRIES.labels(controller)

@@ -19,6 +19,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from operator_kit import metrics
+from operator_kit.client import fencing
 from operator_kit.client.transport import Api, Resource
 from operator_kit.election.leader import LeaderElector
 from operator_kit.election.sharding import (
@@ -39,25 +40,16 @@ log = logging.getLogger("operator_kit.sharding")
 
 # -- a member's side ---------------------------------------------------------------------
 
-class Fenced(RuntimeError):
-    """A write refused because this member may no longer reconcile (its Lease lapsed)."""
-
-
-class FencedApi(Api):
-    """A member's reconciles' API: every request but a read is refused once the member
-    may no longer reconcile. A reconcile that was running when the process was paused
-    past its Lease cannot be stopped from outside, but once resumed, its next write
-    fails instead of landing after another member took the object over."""
+class FencedApi(fencing.FencedApi):
+    """A member's reconciles' API: every request but a read is refused (`Fenced`) once
+    the member may no longer reconcile. A reconcile that was running when the process
+    was paused past its Lease cannot be stopped from outside, but once resumed, its next
+    write fails instead of landing after another member took the object over."""
 
     def __init__(self, api: Api, allowed: Callable[[], bool]) -> None:
-        self.__dict__.update(api.__dict__)  # the same client, connections and discovery
-        self._allowed = allowed
-
-    def request(self, method: str, path: str, **options: Any) -> Any:
-        if method not in ("GET", "HEAD") and not self._allowed():
-            raise Fenced(f"{method} {path} refused: this member's Lease lapsed (it may no "
-                         "longer reconcile; another member may own the object now)")
-        return super().request(method, path, **options)
+        super().__init__(api, lambda: None if allowed() else (
+            "this member's Lease lapsed (it may no longer reconcile; another member may "
+            "own the object now)"))
 
 
 class Membership:

@@ -20,6 +20,7 @@ from operator_kit.api.kinds import Kind, KindSpec
 from operator_kit.api.resources import CustomResource
 from operator_kit.api.shapes import ConstrainedShape, NullableShape, ObjectShape
 from operator_kit.client.events import EventRecorder
+from operator_kit.client.fencing import Fenced, Refusal
 from operator_kit.client.transport import Api
 from operator_kit.runtime.objects import Objects, PatchType, encode, obj_like
 from operator_kit.runtime.own_writes import LastApplies, OwnWrites
@@ -48,7 +49,8 @@ class Context:
                  controller: str, objects: Objects | None = None,
                  own_writes: OwnWrites | None = None, namespace: str | None = None,
                  shard_label: str | None = None,
-                 last_applies: LastApplies | None = None) -> None:
+                 last_applies: LastApplies | None = None,
+                 refusal: Refusal | None = None) -> None:
         self.api = api
         self.shard_label = shard_label
         """A shard member's assignment label: children get their owner's (sharding.py)."""
@@ -64,17 +66,23 @@ class Context:
         # Kept by the controller's base context and shared with each reconcile's.
         self._last_applies = last_applies if last_applies is not None else LastApplies()
         self._recorder = recorder
+        # The fence of its writes and Events (a reconcile's timeout): see for_object.
+        self._refusal = refusal
         # The status each patch_status of this reconcile left, by (kind, namespace, name):
         # a second patch of the same `obj` compares against it, not against the status
         # `obj` held before the first one.
         self._statuses: dict[tuple[str, str | None, str], dict[str, Any]] = {}
 
-    def for_object(self, obj: CustomResource) -> Context:
-        """A context for one reconcile of `obj`: its own read-your-writes journal."""
-        return Context(self.api, field_manager=self.field_manager, recorder=self._recorder,
-                       controller=self.controller, objects=self.objects.session(),
-                       own_writes=self._own_writes, namespace=obj.namespace,
-                       shard_label=self.shard_label, last_applies=self._last_applies)
+    def for_object(self, obj: CustomResource, refusal: Refusal | None = None) -> Context:
+        """A context for one reconcile of `obj`: its own read-your-writes journal. With
+        `refusal` (a reconcile's timeout), its writes and Events are fenced: refused
+        with `Fenced` once `refusal` gives a reason (`operator_kit.client.fencing`)."""
+        objects = self.objects.session(refusal)
+        return Context(objects.api, field_manager=self.field_manager,
+                       recorder=self._recorder, controller=self.controller,
+                       objects=objects, own_writes=self._own_writes,
+                       namespace=obj.namespace, shard_label=self.shard_label,
+                       last_applies=self._last_applies, refusal=refusal)
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -259,6 +267,9 @@ class Context:
     def event(self, obj: CustomResource | Mapping[str, Any], warning: bool, reason: str,
               note: str) -> None:
         """Post a core Event on `obj` (shown by ``kubectl describe``); repeats aggregate."""
+        refused = self._refusal() if self._refusal is not None else None
+        if refused is not None:
+            raise Fenced(f"Event {reason} on {_where(_meta(obj))} refused: {refused}")
         body = obj.to_dict() if isinstance(obj, CustomResource) else dict(obj)
         self._recorder.event(body, warning=warning, reason=reason, note=note)
 
@@ -272,6 +283,10 @@ class AlreadyOwned(Exception):
         super().__init__(message)
         self.child = child
         self.controller = controller
+
+
+def _meta(obj: CustomResource | Mapping[str, Any]) -> Mapping[str, Any]:
+    return obj.metadata if isinstance(obj, CustomResource) else obj.get("metadata") or {}
 
 
 def _where(meta: Mapping[str, Any]) -> str:

@@ -173,9 +173,15 @@ class Controller(Generic[R]):
       per namespace of the primary and of each namespaced owned and watched kind),
       ``label_selector``, ``field_selector``,
       ``max_concurrent_reconciles``, ``on_error`` (first retry delay after a failure,
-      doubling up to ``max_backoff``), ``reconcile_timeout`` (a reconcile running
-      longer is reported as stuck and another worker started in its place), ``rules``
-      (extra RBAC rules reconcile needs) and ``name`` (default: the kind, lower case).
+      doubling up to ``max_backoff``), ``rules`` (extra RBAC rules reconcile needs)
+      and ``name`` (default: the kind, lower case);
+    - ``reconcile_timeout`` (seconds; default None: no timeout, as controller-runtime's
+      ``ReconciliationTimeout``): a reconcile running longer is abandoned — its key is
+      released for a retry with backoff, its Context's further writes are refused
+      (`operator_kit.Fenced`), a replacement worker keeps the
+      concurrency, and what it returns at last is discarded. A thread cannot be
+      cancelled, so the abandoned one runs on until its call returns, beside the
+      retry (`operator_kit.runtime.timeouts`).
     """
 
     resource: type[CustomResource]
@@ -191,7 +197,7 @@ class Controller(Generic[R]):
     max_concurrent_reconciles: int = 1
     on_error: float = 5.0
     max_backoff: float = 300.0
-    reconcile_timeout: float = 300.0
+    reconcile_timeout: float | None = None
     rules: Sequence[Rule] = ()
     name: str = ""
 
@@ -203,6 +209,10 @@ class Controller(Generic[R]):
             self.name = self.resource.kind.lower()
         if self.max_concurrent_reconciles < 1:
             raise ValueError("max_concurrent_reconciles must be at least 1")
+        if self.reconcile_timeout is not None and not self.reconcile_timeout > 0:
+            raise ValueError(f"{type(self).__name__}.reconcile_timeout must be a number of "
+                             f"seconds above 0, or None for no timeout (not "
+                             f"{self.reconcile_timeout!r})")
         for watch in self.watches:
             if not isinstance(watch, Watch) or not callable(watch.mapper):
                 raise TypeError(f"{type(self).__name__}.watches takes Watch(kind, mapper) "

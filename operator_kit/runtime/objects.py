@@ -46,6 +46,7 @@ from kubernetes.client.exceptions import ApiException
 
 from operator_kit.api.kinds import Kind, KindSpec
 from operator_kit.api.resources import CustomResource
+from operator_kit.client.fencing import FencedApi, Refusal
 from operator_kit.client.transport import Api, Resource
 from operator_kit.runtime.cache import OWNER, Key, LabelSelector, key_of
 from operator_kit.runtime.watching import Informer, Informers
@@ -81,9 +82,11 @@ class Objects:
         # or _GONE; `session()` starts an empty one for each reconcile.
         self._journal: dict[tuple[Resource, Key], dict[str, Any]] = {}
 
-    def session(self) -> Objects:
-        """The same client with a journal of its own (one per reconcile)."""
-        return Objects(self.api, self.informers, field_manager=self.field_manager,
+    def session(self, refusal: Refusal | None = None) -> Objects:
+        """The same client with a journal of its own (one per reconcile); with
+        `refusal`, its writes are fenced by it (`operator_kit.client.fencing`)."""
+        api = self.api if refusal is None else FencedApi(self.api, refusal)
+        return Objects(api, self.informers, field_manager=self.field_manager,
                        shard_selector=self.shard_selector)
 
     # -- kinds -----------------------------------------------------------------------------

@@ -6,7 +6,7 @@ event to keys in its `WorkQueue`, and runs ``max_concurrent_reconciles`` workers
 worker takes a key, reads the object from the cache, runs the finalizer state machine
 and `Controller.reconcile` with a fresh `Context` (`finalize_or_reconcile`), and then
 requeues, backs off after a failure, or forgets the key. A reconcile that outlives
-``reconcile_timeout`` is reported as stuck and a worker is started in its place.
+``reconcile_timeout`` is abandoned and its key settled by the watchdog (timeouts.py).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from operator_kit import logs, metrics
 from operator_kit.api.kinds import Kind, KindSpec
 from operator_kit.api.resources import CustomResource, InvalidResource
 from operator_kit.client.events import EventRecorder
+from operator_kit.client.fencing import FencedApi, Refusal
 from operator_kit.client.transport import (
     METADATA_ONLY,
     Api,
@@ -44,6 +45,7 @@ from operator_kit.runtime.objects import Objects, decode, resource_of
 from operator_kit.runtime.own_writes import OwnWrites
 from operator_kit.runtime.queueing import Backoff, WorkQueue
 from operator_kit.runtime.scope import ShardScope
+from operator_kit.runtime.timeouts import REPLACEMENTS_PER_WORKER, Attempt, Watchdog
 from operator_kit.runtime.watching import Informer, Informers, Key, WatchEvent
 
 log = logging.getLogger("operator_kit.controller")
@@ -110,12 +112,11 @@ class ControllerRunner:
                 if informer.resource == resource:
                     informer.store.add_index(name, index.over_cache(api.client))
         self._workers: list[threading.Thread] = []
-        # key -> (monotonic start, its worker), for the watchdog
-        self._running: dict[Key, tuple[float, threading.Thread]] = {}
-        self._running_lock = threading.Lock()
-        # Workers a spare replaced while they were stuck; each exits once its reconcile
-        # returns, so there are as many spares running as there are workers in here.
-        self._retiring: set[threading.Thread] = set()
+        self.watchdog = Watchdog(self.name, timeout=controller.reconcile_timeout,
+                                 max_spares=controller.max_concurrent_reconciles
+                                 * REPLACEMENTS_PER_WORKER,
+                                 stop=stop, start_worker=self._start_worker,
+                                 on_timeout=self._timed_out)
         self._owner_group = kind.group
         self._owner_kind = kind.kind
         self._namespaced = kind.namespaced
@@ -130,8 +131,8 @@ class ControllerRunner:
                                      metrics.WORKQUEUE_RETRIES.labels(self.name))
         self._in_flight = metrics.Both(metrics.IN_FLIGHT.labels(self.name),
                                        metrics.CR_ACTIVE_WORKERS.labels(self.name))
+        self._timeouts = metrics.CR_RECONCILE_TIMEOUTS.labels(self.name)
         metrics.init_controller(self.name, controller.max_concurrent_reconciles)
-        self._stuck = metrics.STUCK.labels(self.name)
 
     def _resource(self, kind: KindSpec, where: str) -> Resource:
         try:
@@ -240,10 +241,9 @@ class ControllerRunner:
             informer.add_handler(handler)
         for i in range(self.controller.max_concurrent_reconciles):
             self._start_worker(f"reconcile-{self.name}-{i}")
-        watchdog = threading.Thread(target=self._watch_stuck, name=f"watchdog-{self.name}",
-                                    daemon=True)
-        watchdog.start()
-        self._workers.append(watchdog)
+        watchdog = self.watchdog.start()
+        if watchdog is not None:  # only with a reconcile_timeout
+            self._workers.append(watchdog)
 
     def _start_worker(self, name: str) -> None:
         worker = threading.Thread(target=self._work, name=name, daemon=True)
@@ -251,55 +251,40 @@ class ControllerRunner:
         # A new list, not an append: shut_down may be iterating over the old one.
         self._workers = [w for w in self._workers if w.is_alive()] + [worker]
 
-    def _watch_stuck(self) -> None:
-        """Report reconciles running past ``reconcile_timeout`` (once each), and replace
-        their workers.
-
-        A Python thread cannot be stopped from outside, so a hung reconcile keeps its key
-        and its thread. The watchdog makes it visible (an error log, a Warning Event on
-        the object, the ``..._stuck_reconciles`` gauge) and starts another worker in its
-        place, so other keys are still reconciled even with one worker; the stuck one
-        exits once its reconcile returns. At most ``max_concurrent_reconciles`` such
-        spares run at once, which bounds the threads when everything hangs."""
-        timeout = self.controller.reconcile_timeout
-        reported: set[tuple[Key, float]] = set()
-        spares_started = 0
-        while not self.stop.wait(min(1.0, timeout / 4)):
-            now = time.monotonic()
-            with self._running_lock:
-                running = dict(self._running)
-            stuck = {(key, started) for key, (started, _) in running.items()
-                     if now - started > timeout}
-            self._stuck.set(len(stuck))
-            for key, started in stuck - reported:
-                replaced = False
-                with self._running_lock:
-                    worker = running[key][1]
-                    if (len(self._retiring) < self.controller.max_concurrent_reconciles
-                            and worker not in self._retiring and not self.stop.is_set()):
-                        self._retiring.add(worker)
-                        replaced = True
-                if replaced:
-                    spares_started += 1
-                    self._start_worker(f"reconcile-{self.name}-spare-{spares_started}")
-                log.error("%s: reconcile of %s has run for %.0fs (reconcile_timeout %gs): "
-                          "it may be hung on a call without a timeout; %s", self.name,
-                          describe(key), now - started, timeout,
-                          "another worker was started in its place" if replaced else
-                          "no spare worker left to start in its place")
-                raw = self.primary_of(key).get(key)
-                if raw is not None:
-                    self.context.event(raw, True, "ReconcileStuck",
-                                       f"reconcile has run for more than {timeout:g}s")
-            reported = stuck
+    def _timed_out(self, attempt: Attempt, replaced: bool) -> None:
+        """The watchdog abandoned `attempt` (its writes are fenced already): settle its
+        key as a failed reconcile — released for a retry with backoff — and say so."""
+        key, timeout = attempt.key, self.controller.reconcile_timeout
+        delay = self.queue.add_failure(key)
+        self.queue.done(key)  # another worker may take the key now
+        self._depth.set(len(self.queue))
+        self._in_flight.dec()
+        self._reconciles.inc()
+        self._errors.inc()
+        self._retries.inc()
+        self._timeouts.inc()
+        metrics.CR_RECONCILES.labels(self.name, "error").inc()
+        self._duration.observe(time.monotonic() - attempt.started)
+        with logs.reconciling(self.name, *key, kind=self._owner_kind,
+                             group=self._owner_group):
+            log.error("%s: reconcile of %s timed out after %gs (reconcile_timeout): retrying "
+                      "in %.1fs; its writes are refused from now on; %s", self.name,
+                      describe(key), timeout, delay, "a new worker took its place" if replaced
+                      else "no new worker took its place (as many timed-out reconciles "
+                      "run already as are replaced): fewer workers until one returns")
+        raw = self.primary_of(key).get(key)
+        if raw is not None:  # the same note each time, so the Event's count rises
+            self.context.event(raw, True, "ReconcileTimeout",
+                               f"reconcile ran longer than its reconcile_timeout of "
+                               f"{timeout:g}s: retried with backoff; its further writes "
+                               "are refused")
 
     def dead_threads(self) -> list[str]:
         """The names of this controller's threads that ended while they should run."""
         if self.stop.is_set():
             return []
-        with self._running_lock:
-            retiring = set(self._retiring)
-        return [t.name for t in self._workers if not t.is_alive() and t not in retiring]
+        replaced = self.watchdog.replaced()
+        return [t.name for t in self._workers if not t.is_alive() and t not in replaced]
 
     def primary_of(self, key: Key) -> Informer:
         """The cache of the primary kind that holds `key` (if any holds it)."""
@@ -309,11 +294,13 @@ class ControllerRunner:
         return all(i.synced.is_set() for i in [*self.primaries.values(), *self.owned])
 
     def shut_down(self, timeout: float) -> bool:
-        """Hand out no more keys; wait up to `timeout` for reconciles in flight."""
+        """Hand out no more keys; wait up to `timeout` for reconciles in flight, and for
+        the workers (abandoned ones after a timeout among them) in all, not each."""
+        deadline = time.monotonic() + timeout
         self.queue.shut_down()
         idle = self.queue.wait_idle(timeout)
         for worker in list(self._workers):  # the watchdog may have added spares
-            worker.join(max(0.1, timeout))
+            worker.join(max(0.1, deadline - time.monotonic()))
         return idle
 
     def _work(self) -> None:
@@ -333,36 +320,37 @@ class ControllerRunner:
                 self.queue.add(key)
                 self.stop.wait(0.5)
                 continue
+            held = True  # False: it timed out, and the watchdog released the key
             try:
                 # every line logged carries the key
                 with logs.reconciling(self.name, *key, kind=self._owner_kind,
                                       group=self._owner_group):
-                    self._process(key)
+                    held = self._process(key)
             except Exception:
                 log.exception("%s: unexpected error handling %s; retrying it with backoff",
                               self.name, describe(key))
                 self.queue.add_failure(key)
             finally:
-                self.queue.done(key)
-                self._depth.set(len(self.queue))
-            with self._running_lock:
-                current = threading.current_thread()
-                if current in self._retiring:  # a spare took its place while it was stuck
-                    self._retiring.discard(current)
-                    return
+                if held:
+                    self.queue.done(key)
+                    self._depth.set(len(self.queue))
+            if self.watchdog.retire():  # a new worker took its place after a timeout
+                return
 
-    def _process(self, key: Key) -> None:
+    def _process(self, key: Key) -> bool:
+        """Reconcile `key` once and settle its queue entry; False when the reconcile
+        timed out, so that the watchdog settled it instead (timeouts.py)."""
         if not self.caught_up.ready(key, self.stop):  # its last pass's writes, not yet seen
             self.enqueue(key, CaughtUp.REQUEUE)
-            return
+            return True
         raw = self.primary_of(key).get(key)
         if raw is None:  # deleted and gone (or not ours): nothing to reconcile
             self.queue.forget(key)
             self.caught_up.forget(key)
-            return
+            return True
         if self.shard is not None and self.shard.draining(raw):
             self._let_go(key, raw)
-            return
+            return True
         kind = self.controller.resource
         try:
             obj = kind.from_dict(raw)
@@ -371,20 +359,34 @@ class ControllerRunner:
             meta = raw.get("metadata", {})
             if meta.get("deletionTimestamp") and finalizer in (meta.get("finalizers") or ()):
                 self._delete_invalid(key, raw, err)
-                return
+                return True
             # A stored object that does not match the type: retrying cannot help until
             # someone changes it, so say so on the object and wait for that change.
             log.error("%s: %s", self.name, err)
             self.context.event(raw, True, "InvalidResource", str(err))
             self.queue.forget(key)
-            return
-        started = time.monotonic()
+            return True
         self._in_flight.inc()
-        with self._running_lock:
-            self._running[key] = (started, threading.current_thread())
+        attempt = self.watchdog.begin(key)
+        action: Action | None = None
+        failure: Exception | None = None
+        try:
+            action = self.finalize_or_reconcile(
+                obj, None if self.watchdog.timeout is None else attempt.refusal)
+        except Exception as err:  # noqa: BLE001 - settled below, or discarded
+            failure = err
+        if not self.watchdog.finish(attempt, failure):
+            return False  # it timed out: the watchdog settled the key, this is discarded
+        self._settle(key, obj, attempt.started, action, failure)
+        return True
+
+    def _settle(self, key: Key, obj: CustomResource, started: float, action: Action | None,
+                failure: Exception | None) -> None:
+        """Count a reconcile that returned in time, and requeue, back off or forget."""
         result = "requeue"  # controller_runtime_reconcile_total's result label
         try:
-            action = self.finalize_or_reconcile(obj)
+            if failure is not None:
+                raise failure  # sorted by kind below
             result = ("requeue_after" if action is not None and action.requeue_after is not None
                       else "success")
         except Conflict:
@@ -416,8 +418,6 @@ class ControllerRunner:
             self._failed(key, obj, err)
             return
         finally:
-            with self._running_lock:
-                self._running.pop(key, None)
             self._in_flight.dec()
             self._reconciles.inc()
             metrics.CR_RECONCILES.labels(self.name, result).inc()
@@ -473,7 +473,7 @@ class ControllerRunner:
         finalizer = str(self.controller.finalizer)
         try:
             self.controller.cleanup_invalid(raw, self.context, err)
-            self._remove_finalizer(raw, finalizer)
+            self._remove_finalizer(raw, finalizer, self.api)
             self.queue.forget(key)
             log.info("%s: %s did not decode (%s); cleanup_invalid ran and its finalizer "
                      "was removed", self.name, describe(key), err)
@@ -493,7 +493,7 @@ class ControllerRunner:
         log.error("%s: %s: %s (retrying in %.1fs)", self.name, describe(key), note, delay)
         self.context.event(raw, True, "DeletionBlocked", note[:1024])
 
-    def _remove_finalizer(self, raw: Mapping[str, Any], finalizer: str) -> None:
+    def _remove_finalizer(self, raw: Mapping[str, Any], finalizer: str, api: Api) -> None:
         """Remove `finalizer` once cleanup ran, from the version read. On a 409 (cleanup's
         own status write, say) only the removal is retried, on the object read again from
         the API server while it is the same uid with the finalizer; at last, `Conflict`."""
@@ -501,7 +501,7 @@ class ControllerRunner:
         path = resource_of(self.controller.resource).path(meta.get("namespace"), meta["name"])
         for attempt in range(1, FINALIZER_REMOVAL_ATTEMPTS + 1):
             left = [f for f in meta.get("finalizers") or () if f != finalizer]
-            send = functools.partial(self.api.request, "PATCH", path, body={"metadata": {
+            send = functools.partial(api.request, "PATCH", path, body={"metadata": {
                 "finalizers": left or None, "resourceVersion": meta.get("resourceVersion")}},
                 content_type="application/merge-patch+json", accept=METADATA_ONLY)
             try:
@@ -513,7 +513,7 @@ class ControllerRunner:
                 if failure.status != 409:
                     raise
             if attempt < FINALIZER_REMOVAL_ATTEMPTS:
-                meta = (self.api.get_or_none(path) or {}).get("metadata") or {}
+                meta = (api.get_or_none(path) or {}).get("metadata") or {}
                 if meta.get("uid") != uid or finalizer not in (meta.get("finalizers") or ()):
                     return  # gone, made again, or someone else removed it
                 log.debug("%s: removing the finalizer of %s conflicted (attempt %d): "
@@ -537,32 +537,38 @@ class ControllerRunner:
             return False
         return bool(current.get("metadata", {}).get("uid") != obj.uid)
 
-    def _reconcile(self, obj: CustomResource) -> Action | None:
-        ctx = self.context.for_object(obj)
+    def _reconcile(self, obj: CustomResource, refusal: Refusal | None) -> Action | None:
+        ctx = self.context.for_object(obj, refusal)
         try:
             return checked_result(self.controller.reconcile(obj, ctx))
         finally:  # the next reconcile of obj reads these writes (consistency.py)
-            self.caught_up.remember((obj.namespace or "", obj.name), ctx.objects.unseen_writes())
+            if refusal is None or refusal() is None:  # not once it timed out
+                self.caught_up.remember((obj.namespace or "", obj.name),
+                                        ctx.objects.unseen_writes())
 
-    def finalize_or_reconcile(self, obj: CustomResource) -> Action | None:
+    def finalize_or_reconcile(self, obj: CustomResource,
+                              refusal: Refusal | None = None) -> Action | None:
         """One pass of the finalizer state machine (see controller.py) for `obj`, with
         reconcile or cleanup (at most once) run in this thread; `Conflict` when our copy
-        is stale as the finalizer is added, or its removal kept conflicting."""
+        is stale as the finalizer is added, or its removal kept conflicting. With
+        `refusal` (its timeout), every write of the pass is fenced by it."""
         finalizer = self.controller.finalizer
         if finalizer is None:
             if obj.deletion_timestamp:
                 return None  # being deleted by others' finalizers: nothing to make
-            return self._reconcile(obj)
+            return self._reconcile(obj, refusal)
+        api = self.api if refusal is None else FencedApi(self.api, refusal)
         if obj.deletion_timestamp:
             if finalizer in obj.finalizers:
-                self.controller.cleanup(obj, self.context.for_object(obj))
-                self._remove_finalizer({"metadata": obj.metadata}, finalizer)
+                self.controller.cleanup(obj, self.context.for_object(obj, refusal))
+                self._remove_finalizer({"metadata": obj.metadata}, finalizer, api)
             return None
         if finalizer not in obj.finalizers:
-            obj = self._set_finalizers(obj, [*obj.finalizers, finalizer])
-        return self._reconcile(obj)
+            obj = self._set_finalizers(obj, [*obj.finalizers, finalizer], api)
+        return self._reconcile(obj, refusal)
 
-    def _set_finalizers(self, obj: CustomResource, finalizers: list[str]) -> CustomResource:
+    def _set_finalizers(self, obj: CustomResource, finalizers: list[str],
+                        api: Api) -> CustomResource:
         """Write the finalizer list only if the object is still the version we read.
 
         The patch carries that version, so what the API server made is `obj` with the
@@ -571,7 +577,7 @@ class ControllerRunner:
         resource = resource_of(type(obj))
         try:
             answer = self.own_primary_writes.write(
-                obj.namespace or "", obj.name, lambda: self.api.request(
+                obj.namespace or "", obj.name, lambda: api.request(
                     "PATCH", resource.path(obj.namespace, obj.name),
                     body={"metadata": {"finalizers": finalizers or None,
                                        "resourceVersion": obj.resource_version}},

@@ -41,6 +41,7 @@ DASHBOARD: dict[str, tuple[str, ...]] = {
 # Every other controller-runtime / client-go name operator_kit exports, same labels.
 CONTROLLER_RUNTIME: dict[str, tuple[str, ...]] = {
     "controller_runtime_reconcile_panics_total": ("controller",),
+    "controller_runtime_reconcile_timeouts_total": ("controller",),
     "controller_runtime_reconcile_time_seconds_bucket": ("controller", "le"),
     "controller_runtime_max_concurrent_reconciles": ("controller",),
     "workqueue_longest_running_processor_seconds": ("name",),

@@ -1,0 +1,68 @@
+"""A fenced Api refuses writes, never reads, once its fence closes (client/fencing.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from operator_kit.client.fencing import Fenced, FencedApi
+from operator_kit.client.transport import Api
+from operator_kit.election.sharder import FencedApi as MemberApi
+
+
+class Recording(Api):
+    """An Api that records what it would send instead of sending it."""
+
+    def __init__(self) -> None:
+        super().__init__(client.ApiClient(client.Configuration()))
+        self.sent: list[tuple[str, str]] = []
+
+    def request(self, method: str, path: str, **options: Any) -> Any:
+        self.sent.append((method, path))
+        return {}
+
+
+def test_writes_pass_while_the_fence_is_open_and_are_refused_with_its_reason_once_closed(
+        ) -> None:
+    inner = Recording()
+    reason: list[str] = []
+    api = FencedApi(inner, lambda: reason[0] if reason else None)
+    api.request("PATCH", "/a")
+    reason.append("the reconcile ran past its reconcile_timeout (1s)")
+    with pytest.raises(Fenced, match=r"POST /b refused: the reconcile ran past its "
+                                     r"reconcile_timeout \(1s\)"):
+        api.request("POST", "/b")
+    for method in ("PUT", "DELETE", "patch"):
+        with pytest.raises(Fenced):
+            api.request(method, "/c")
+    assert inner.sent == [("PATCH", "/a")]
+
+
+def test_reads_go_through_a_closed_fence() -> None:
+    inner = Recording()
+    api = FencedApi(inner, lambda: "closed")
+    api.request("GET", "/a")
+    api.get("/b")  # Api's helpers call request, so they are fenced the same way
+    with pytest.raises(Fenced):
+        api.request("PATCH", "/c")
+    assert inner.sent == [("GET", "/a"), ("GET", "/b")]
+
+
+def test_fences_nest_so_a_timed_out_reconcile_of_a_fenced_member_is_refused_by_either(
+        ) -> None:
+    inner = Recording()
+    member_may_reconcile = [True]
+    timed_out: list[str] = []
+    member = MemberApi(inner, lambda: member_may_reconcile[0])
+    attempt = FencedApi(member, lambda: timed_out[0] if timed_out else None)
+    attempt.request("PATCH", "/a")
+    member_may_reconcile[0] = False
+    with pytest.raises(Fenced, match="Lease lapsed"):
+        attempt.request("PATCH", "/b")
+    member_may_reconcile[0] = True
+    timed_out.append("timed out")
+    with pytest.raises(Fenced, match="timed out"):
+        attempt.request("PATCH", "/c")
+    assert inner.sent == [("PATCH", "/a")]
