@@ -87,7 +87,8 @@ class ControllerRunner:
         self.primary: Informer = informers.informer(
             resource_of(kind), namespace=namespace,
             label_selector=shard.selector(controller.label_selector) if shard
-            else controller.label_selector, field_selector=controller.field_selector)
+            else controller.label_selector, field_selector=controller.field_selector,
+            transform=controller.primary_transform())
         self._primary_filters = tuple(controller.filters if controller.filters is not None
                                       else (spec_changed,))
         # (informer, handler) for each owned and watched kind
@@ -97,14 +98,16 @@ class ControllerRunner:
             informer = informers.informer(resource,
                                           namespace=namespace if resource.namespaced else None,
                                           label_selector=shard.selector() if shard else None,
-                                          metadata_only=owned.metadata_only)
+                                          metadata_only=owned.metadata_only,
+                                          transform=owned.transform)
             self._sources.append((informer, self._owned_handler(tuple(owned.filters))))
         for watch in controller.watches:
             resource = self._resource(watch.kind, "watches")
             informer = informers.informer(resource,
                                           namespace=namespace if resource.namespaced else None,
                                           label_selector=watch.label_selector,
-                                          metadata_only=watch.metadata_only)
+                                          metadata_only=watch.metadata_only,
+                                          transform=watch.transform)
             self._sources.append((informer, self._watched_handler(watch)))
         self.owned: list[Informer] = [informer for informer, _ in self._sources]
         for name, index in controller.indexes.items():
