@@ -13,7 +13,7 @@ The script uses the local control plane in ``--plane`` (started there if none ru
 default: a temporary folder, stopped at the end): it must read the API server's and
 etcd's ``/proc`` entries, so it needs a plane of its own, not any cluster. It fills the
 namespace ``initial-sync-bench`` with ``--objects`` ConfigMaps of ``--bytes`` of data each
-(kept there between runs; a later run with the same count reuses them). Then, each round,
+(a later run with the same count reuses them, with ``--keep``). Then, each round,
 each contender fills one `Informer` of ConfigMaps in that namespace from scratch, in this
 process, and stops it once synced:
 
@@ -23,7 +23,12 @@ process, and stops it once synced:
 ``streaming``
     the default: one watch with ``sendInitialEvents=true``,
     ``resourceVersionMatch=NotOlderThan``, ``allowWatchBookmarks=true``, synced at the
-    bookmark annotated ``k8s.io/initial-events-end``.
+    bookmark annotated ``k8s.io/initial-events-end``;
+``list-unpaged``
+    for reference: the informer with ``page_size=0``, one LIST of everything at once —
+    the response the API server must build in memory whole, as for a client that does
+    not page (client-go's first list, ``resourceVersion=0`` from the watch cache, is
+    one such).
 
 Per contender and round it records, for kube-apiserver and etcd: the CPU seconds
 (utime + stime from ``/proc/<pid>/stat``) from the informer's start until it synced, and
@@ -34,7 +39,8 @@ the seconds until synced and this process's CPU seconds. Contenders alternate th
 between rounds, with ``--settle`` seconds of rest before each (Go returns freed memory to
 the kernel lazily, so a contender's peak may be lower right after the other's). The
 summary gives each figure's median over rounds and the streaming/list ratio of the
-medians. The machine is shared: compare the contenders within one run.
+medians (and, for reference, streaming over the unpaged LIST). The machine is shared:
+compare the contenders within one run.
 
 The last line: ``initial_sync: objects=<n> apiserver_cpu_ratio=<x.xx>
 apiserver_peak_ratio=<x.xx> etcd_cpu_ratio=<x.xx> sync_s_ratio=<x.xx>`` (streaming/list,
@@ -62,7 +68,7 @@ from operator_kit.runtime.watching import Informers
 
 NAMESPACE = "initial-sync-bench"
 CONFIG_MAPS = Resource("", "v1", "configmaps", "ConfigMap", True)
-CONTENDERS = ("list", "streaming")
+CONTENDERS = ("list", "streaming", "list-unpaged")
 PROCESSES = ("kube-apiserver", "etcd")
 
 
@@ -129,6 +135,8 @@ def trial(api: Api, pids: dict[str, int], contender: str, count: int) -> Trial:
     stop = threading.Event()
     informer = Informers(api, stop, streaming=contender == "streaming").informer(
         CONFIG_MAPS, namespace=NAMESPACE)
+    if contender == "list-unpaged":
+        informer.page_size = 0  # limit=0: no limit
     rss_start = {}
     for name, pid in pids.items():
         reset_peak(pid)
@@ -148,7 +156,7 @@ def trial(api: Api, pids: dict[str, int], contender: str, count: int) -> Trial:
         stop.set()
         informer.interrupt()
         informer.join(10)
-    if len(informer) != count or informer.initial_list != contender:
+    if len(informer) != count or informer.initial_list != contender.split("-")[0]:
         raise RuntimeError(f"{contender}: cached {len(informer)} of {count} objects by "
                            f"{informer.initial_list}")
     return Trial(contender, sync_s, client_cpu, cpu, rss_start, peak)
@@ -200,10 +208,11 @@ def report(trials: list[Trial], count: int, size: int) -> None:
     medians = {c: {name: statistics.median(f(t) for t in trials if t.contender == c)
                    for name, f in figures.items()} for c in CONTENDERS}
     print(f"\nmedians over rounds {'':>14} {'list':>10} {'streaming':>10} "
-          f"{'streaming/list':>15}")
+          f"{'streaming/list':>15} {'list-unpaged':>13} {'streaming/unpaged':>18}")
     for name in figures:
-        a, b = medians["list"][name], medians["streaming"][name]
-        print(f"{name:<34} {a:>10.2f} {b:>10.2f} {ratio(b, a):>14.2f}x")
+        a, b, c = (medians[x][name] for x in ("list", "streaming", "list-unpaged"))
+        print(f"{name:<34} {a:>10.2f} {b:>10.2f} {ratio(b, a):>14.2f}x {c:>13.2f} "
+              f"{ratio(b, c):>17.2f}x")
     m = medians
     print(f"initial_sync: objects={count} "
           f"apiserver_cpu_ratio={ratio(m['streaming']['apiserver_cpu_s'], m['list']['apiserver_cpu_s']):.2f} "  # noqa: E501
@@ -215,7 +224,7 @@ def report(trials: list[Trial], count: int, size: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--objects", type=int, default=20_000)
-    parser.add_argument("--bytes", type=int, default=512, help="data per ConfigMap")
+    parser.add_argument("--bytes", type=int, default=1024, help="data per ConfigMap")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--settle", type=float, default=5.0,
                         help="seconds of rest before each trial")
