@@ -116,3 +116,26 @@ def test_a_bad_value_of_the_variable_names_it(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv(STREAMING_ENV, "maybe")
     with pytest.raises(UsageError, match="OPERATOR_KIT_STREAMING_LISTS='maybe'"):
         Informers(None, threading.Event())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("argument, variable, streams", [
+    (None, None, True), (False, None, False), (None, "0", False), (True, "0", True)])
+def test_the_operator_hands_its_settings_to_its_informers(
+        monkeypatch: pytest.MonkeyPatch, argument: bool | None, variable: str | None,
+        streams: bool) -> None:
+    from kubernetes.client import ApiClient
+
+    from operator_kit import Operator
+    from operator_kit.runtime.transforms import drop_managed_fields
+
+    if variable is None:
+        monkeypatch.delenv(STREAMING_ENV, raising=False)
+    else:
+        monkeypatch.setenv(STREAMING_ENV, variable)
+    operator = Operator("op", streaming_lists=argument)
+    operator.use(ApiClient())
+    assert operator.informers.streaming.enabled is streams
+    assert operator.informers.default_transform is drop_managed_fields
+    whole = Operator("op", default_transform=None)
+    whole.use(ApiClient())
+    assert whole.informers.default_transform is None
