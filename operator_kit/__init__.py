@@ -39,7 +39,7 @@ from operator_kit.client.fencing import Fenced
 from operator_kit.election.leader import LeaderElection
 from operator_kit.election.sharding import Sharding
 from operator_kit.operator import Operator
-from operator_kit.runtime import filters
+from operator_kit.runtime import filters, transforms
 from operator_kit.runtime.context import ALL_NAMESPACES, AlreadyOwned, Context
 from operator_kit.runtime.controller import Action, Controller, Index, Owns, Watch
 from operator_kit.webhooks.certificates import WebhookCertificate
@@ -48,6 +48,8 @@ from operator_kit.webhooks.server import Webhooks
 # ``import operator_kit.filters`` and ``from operator_kit.filters import spec_changed``: the
 # path the docs have always given, for the module that now lives in the runtime layer.
 sys.modules.setdefault(f"{__name__}.filters", filters)
+# ``from operator_kit.transforms import drop_fields``: cache transforms, the same way.
+sys.modules.setdefault(f"{__name__}.transforms", transforms)
 
 __all__ = [
     "ALL_NAMESPACES",
@@ -92,4 +94,5 @@ __all__ = [
     "filters",
     "find_condition",
     "set_condition",
+    "transforms",
 ]

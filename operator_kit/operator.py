@@ -40,6 +40,7 @@ from operator_kit.runtime.controller import Controller
 from operator_kit.runtime.objects import Objects
 from operator_kit.runtime.runner import ControllerRunner
 from operator_kit.runtime.scope import ShardScope
+from operator_kit.runtime.transforms import Transform, drop_managed_fields
 from operator_kit.runtime.watching import Informers
 
 if TYPE_CHECKING:
@@ -65,6 +66,8 @@ class Operator:
         exit_on_lost_lease: bool = True,
         webhook_certificate: ExternalCertificate | None = None,
         sharding: Sharding | None = None,
+        streaming_lists: bool | None = None,
+        default_transform: Transform | None = drop_managed_fields,
     ) -> None:
         if sharding is not None and leader_election is None:
             raise ValueError("Operator sharding needs leader_election too: the elected "
@@ -88,6 +91,8 @@ class Operator:
         self.kubeconfig = kubeconfig
         self.shutdown_timeout = shutdown_timeout
         self.watch_stall_timeout = watch_stall_timeout
+        self.streaming_lists = streaming_lists  # None: OPERATOR_KIT_STREAMING_LISTS, default on
+        self.default_transform = default_transform
         self.stopping = threading.Event()
         self._api: Api | None = None
         self._informers: Informers | None = None
@@ -509,8 +514,9 @@ class Operator:
     def informers(self) -> Informers:
         """The operator's informers: the caches its controllers (and reads) share."""
         if self._informers is None:
-            self._informers = Informers(self.api, self.stopping,
-                                        stall_timeout=self.watch_stall_timeout)
+            self._informers = Informers(
+                self.api, self.stopping, stall_timeout=self.watch_stall_timeout,
+                streaming=self.streaming_lists, default_transform=self.default_transform)
         return self._informers
 
     def wait_synced(self, timeout: float) -> bool:

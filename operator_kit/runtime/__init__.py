@@ -1,7 +1,9 @@
 """The controller runtime: from a watch event to a reconcile and its writes.
 
 In the order an event travels: `watching` (list, then watch, per kind; `Informers`
-shares one per kind), `cache` (the `Store` the watch keeps, with its indexes, and label
+shares one per kind), `streaming` (lists streamed as a watch's initial events, and
+reading a watch's stream), `transforms` (what an object becomes before it is cached),
+`cache` (the `Store` the watch keeps, with its indexes, and label
 selectors matched as `selectors` parses them, as the API server does), `filters` (which
 changes queue a reconcile), `mapping` (what a `Watch` mapper returned, checked),
 `queueing` (the per-key work queue with backoff), `controller` (what a user declares —

@@ -35,6 +35,7 @@ does not reconcile in a loop.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -46,6 +47,7 @@ from operator_kit.runtime.cache import LabelSelector
 from operator_kit.runtime.context import Context
 from operator_kit.runtime.filters import Filter, function_name
 from operator_kit.runtime.objects import Objects, decode
+from operator_kit.runtime.transforms import Transform
 
 R = TypeVar("R", bound=CustomResource)
 
@@ -77,11 +79,14 @@ class Owns:
     ``Owns("batch/v1/Job", filters=[generation_changed])``; a plain kind in ``owns``
     means ``Owns(kind)``. With ``metadata_only=True`` only the objects' metadata is
     watched and cached (``ctx.owned`` then returns metadata-only dicts): for a
-    controller that only needs to know what exists, it is a fraction of the memory."""
+    controller that only needs to know what exists, it is a fraction of the memory.
+    `transform` changes each object before it is cached, e.g.
+    ``transform=drop_fields("data")`` (`operator_kit.runtime.transforms`)."""
 
     kind: KindSpec
     filters: Sequence[Filter] = ()
     metadata_only: bool = False
+    transform: Transform | None = None
 
 
 Mapper = Callable[[Any, Objects], Iterable[Any] | None]
@@ -120,6 +125,8 @@ class Watch:
     filters: Sequence[Filter] = ()
     metadata_only: bool = False
     label_selector: str | None = None
+    transform: Transform | None = None
+    """Changes each object before it is cached (`operator_kit.runtime.transforms`)."""
 
 
 @dataclass(frozen=True)
@@ -182,6 +189,9 @@ class Controller(Generic[R]):
       concurrency, and what it returns at last is discarded. A thread cannot be
       cancelled, so the abandoned one runs on until its call returns, beside the
       retry (`operator_kit.runtime.timeouts`).
+    - ``transform``: a function applied to each primary object before it is cached
+      (`operator_kit.runtime.transforms`; after the operator's default, which drops
+      ``managedFields``): what reconcile gets is what it returns.
     """
 
     resource: type[CustomResource]
@@ -200,6 +210,7 @@ class Controller(Generic[R]):
     reconcile_timeout: float | None = None
     rules: Sequence[Rule] = ()
     name: str = ""
+    transform: Transform | None = None
 
     def __init__(self) -> None:
         if not isinstance(getattr(self, "resource", None), type) or not issubclass(
@@ -268,6 +279,17 @@ class Controller(Generic[R]):
     def primary_kind(self) -> Kind:
         """The `Kind` this controller reconciles (its `resource`)."""
         return Kind.of(self.resource)
+
+    def primary_transform(self) -> Transform | None:
+        """``transform`` as declared: a function of the object (a function assigned in
+        the class body is not made a method of the controller)."""
+        declared = inspect.getattr_static(self, "transform", None)
+        if isinstance(declared, staticmethod):
+            declared = declared.__func__
+        if declared is not None and not callable(declared):
+            raise TypeError(f"{type(self).__name__}.transform must be a function of the "
+                            f"object (a dict) returning the object to cache, not {declared!r}")
+        return declared  # type: ignore[no-any-return]
 
     def owned(self) -> list[Owns]:
         """``owns`` with every entry as an `Owns`."""

@@ -90,7 +90,8 @@ class ControllerRunner:
         self.primaries: dict[str | None, Informer] = dict(zip(namespaces, informers.each(
             self.resource, namespaces, field_selector=controller.field_selector,
             label_selector=shard.selector(controller.label_selector) if shard
-            else controller.label_selector), strict=False))
+            else controller.label_selector,
+            transform=controller.primary_transform()), strict=False))
         self._primary_filters = tuple(controller.filters if controller.filters is not None
                                       else (spec_changed,))
         # (informer, handler) for each owned and watched kind
@@ -99,12 +100,14 @@ class ControllerRunner:
             on_owned = self._owned_handler(tuple(owned.filters))
             self._sources += [(i, on_owned) for i in informers.each(
                 self._resource(owned.kind, "owns"), namespaces, metadata_only=owned.metadata_only,
-                label_selector=shard.selector() if shard else None)]
+                label_selector=shard.selector() if shard else None,
+                transform=owned.transform)]
         for watch in controller.watches:
             on_watched = self._watched_handler(watch)
             self._sources += [(i, on_watched) for i in informers.each(
                 self._resource(watch.kind, "watches"), namespaces,
-                label_selector=watch.label_selector, metadata_only=watch.metadata_only)]
+                label_selector=watch.label_selector, metadata_only=watch.metadata_only,
+                transform=watch.transform)]
         self.owned: list[Informer] = [informer for informer, _ in self._sources]
         for name, index in controller.indexes.items():
             resource = self._resource(index.kind, "indexes")

@@ -2,12 +2,16 @@
 
 An `Informer` runs one thread per watched kind (and namespace and selectors):
 
-1. **List** the kind in pages (``limit``/``continue``), replace the cache with the
-   result, and report the difference from the previous cache as ADDED, MODIFIED and
-   DELETED events — so a relist after an outage reconciles exactly what changed.
-2. **Watch** from the list's resourceVersion with bookmarks, applying each event to the
-   cache before telling the handlers. Bookmarks move the resourceVersion on, so a
-   reconnect resumes where it left off instead of relisting.
+1. **List** the kind — by default as a *streaming list* (`operator_kit.runtime.streaming`):
+   a watch with ``sendInitialEvents=true`` whose ADDED events make up the state until a
+   bookmark ends them; on a server that refuses that, in pages (``limit``/``continue``)
+   — replace the cache with the result, and report the difference from the previous
+   cache as ADDED, MODIFIED and DELETED events — so a relist after an outage reconciles
+   exactly what changed.
+2. **Watch** from the list's resourceVersion with bookmarks (a streaming list's watch
+   goes on), applying each event to the cache before telling the handlers. Bookmarks
+   move the resourceVersion on, so a reconnect resumes where it left off instead of
+   relisting.
 3. A watch that ends (the server's ``timeoutSeconds``) is resumed at once. A
    disconnect or error is retried after an exponential backoff with jitter; 429s honour
    ``Retry-After``. **410 Gone** (the resourceVersion was compacted away) relists.
@@ -20,7 +24,8 @@ An `Informer` runs one thread per watched kind (and namespace and selectors):
    to the kind are not seen until it works again; a line says when it does.
 
 Handlers run on the watch thread and must be quick (they enqueue keys). The cache is a
-`operator_kit.runtime.cache.Store`: objects by key and by index, without
+`operator_kit.runtime.cache.Store`: objects by key and by index, each as its transforms
+(`operator_kit.runtime.transforms`) left it — by default without
 ``metadata.managedFields``, which operators rarely read and which dominate memory. With
 ``metadata_only`` the informer asks the API server for metadata alone
 (``PartialObjectMetadata``): for kinds whose spec and status a controller never reads,
@@ -35,7 +40,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,9 +48,20 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from operator_kit import metrics
-from operator_kit.client.transport import Api, Resource
+from operator_kit.client.transport import Api, Resource, error_message
 from operator_kit.runtime.cache import Key, LabelSelector, Store, key_of
 from operator_kit.runtime.queueing import Backoff
+from operator_kit.runtime.streaming import (
+    NoInitialEventsEnd,
+    StreamingLists,
+    abort,
+    ends_initial_events,
+    initial_events_query,
+    read_lines,
+    refuses_streaming,
+)
+from operator_kit.runtime.transforms import Transform, Transformer, drop_managed_fields
+from operator_kit.settings import env_bool
 
 log = logging.getLogger("operator_kit.watching")
 
@@ -65,6 +81,9 @@ class WatchEvent:
 
 Handler = Callable[[WatchEvent], None]
 
+STREAMING_ENV = "OPERATOR_KIT_STREAMING_LISTS"
+"""A yes or no: whether informers stream their initial lists (unset: yes)."""
+
 RECONNECT_BACKOFF = Backoff(base=0.5, cap=30.0, jitter=0.5)
 """Reconnects: 0.5 s doubling to 30 s, each delay randomised by up to half."""
 
@@ -78,7 +97,12 @@ class _Stalled(Exception):
 
 
 class Informer:
-    """List-then-watch one resource into a cache, telling handlers about every change."""
+    """List-then-watch one resource into a cache, telling handlers about every change.
+
+    `streaming` says whether its initial lists are streamed (default: yes, unless the
+    server refused); `default_transform` and `transform` are what objects go through
+    before they are cached (`operator_kit.runtime.transforms`). `initial_list` says how
+    its last (re)list was made: ``"streaming"``, ``"list"``, or None before the first."""
 
     def __init__(
         self,
@@ -94,6 +118,9 @@ class Informer:
         stall_timeout: float = 90.0,
         backoff: Backoff = RECONNECT_BACKOFF,
         metadata_only: bool = False,
+        streaming: StreamingLists | None = None,
+        transform: Transform | None = None,
+        default_transform: Transform | None = drop_managed_fields,
     ) -> None:
         self.api = api
         self.resource = resource
@@ -105,6 +132,9 @@ class Informer:
         self.stall_timeout = stall_timeout
         self.backoff = backoff
         self.metadata_only = metadata_only
+        self.streaming = streaming if streaming is not None else StreamingLists()
+        self.transform = transform
+        self.initial_list: str | None = None
         self.synced = threading.Event()
         self._stop = stop
         self._handlers: list[Handler] = []
@@ -112,12 +142,18 @@ class Informer:
         selectors = ", ".join(f"{name} {value}" for name, value in (
             ("labels", label_selector), ("fields", field_selector)) if value)
         self.description = (f"{resource}{where}" + (f" ({selectors})" if selectors else "")
-                            + (" (metadata only)" if metadata_only else ""))
+                            + (" (metadata only)" if metadata_only else "")
+                            + (f" (transform {getattr(transform, '__qualname__', transform)})"
+                               if transform is not None else ""))
         self.store = Store(self.description)
+        self._transformer = Transformer(default_transform, transform,
+                                        description=self.description)
         # Held while the store changes and its handlers run, so a handler added meanwhile
         # sees each object exactly once (as cached, or as an event).
         self._lock = threading.RLock()
         self._response: Any = None
+        # Where a watch resumes: the last resourceVersion seen; None: (re)list first.
+        self._resume: str | None = None
         self._thread: threading.Thread | None = None
         self._gauge = metrics.CACHE_OBJECTS.labels(str(resource))
         # The highest resourceVersion this cache has applied (a list's, an event's or a
@@ -196,7 +232,7 @@ class Informer:
 
     def interrupt(self) -> None:
         """Unblock a watch read in progress (used on shutdown, after `stop` is set)."""
-        _abort(self._response)
+        abort(self._response)
 
     @property
     def started(self) -> bool:
@@ -234,25 +270,30 @@ class Informer:
 
     def _run(self) -> None:
         attempt = 0
-        resource_version: str | None = None
+        self._resume = None
         while not self._stop.is_set():
             try:
-                if resource_version is None:
-                    resource_version = self.relist()
+                if self._resume is None and not self.streaming.use(self.resource):
+                    self._resume = self.relist()
                     self.synced.set()
                     continue  # look at the stop event before opening a watch
-                resource_version = self._watch(resource_version)
+                self._watch(self._resume)  # from None: a streaming list first
                 attempt = 0
             except _Expired:
                 log.info("watch on %s expired (410 Gone): relisting", self.description)
                 metrics.WATCH_RESTARTS.labels(str(self.resource), "expired").inc()
-                resource_version = None
+                self._resume = None
+            except NoInitialEventsEnd as err:
+                self.streaming.refuse(self.resource, self.description, str(err))
             except ApiException as err:
                 if self._stop.is_set():
                     break
                 if err.status == 410:
                     metrics.WATCH_RESTARTS.labels(str(self.resource), "expired").inc()
-                    resource_version = None
+                    self._resume = None
+                    continue
+                if self._resume is None and refuses_streaming(err):
+                    self.streaming.refuse(self.resource, self.description, error_message(err))
                     continue
                 attempt += 1
                 delay = _retry_after(err) or self.backoff.delay(attempt)
@@ -278,8 +319,9 @@ class Informer:
     def relist(self) -> str:
         """List everything (paged), swap the cache, emit the difference; the list's RV.
 
-        The informer's thread calls it on start and after a watch expires (410);
-        `operator_kit.testing.reconcile_once` calls it to fill a cache without a thread."""
+        The informer's thread calls it on start and after a watch expires (410) when it
+        does not stream its lists; `operator_kit.testing.reconcile_once` calls it to fill
+        a cache without a thread."""
         items: dict[Key, dict[str, Any]] = {}
         token: str | None = None
         path = self.resource.path(self.namespace)
@@ -294,13 +336,20 @@ class Informer:
                     continue
                 raise
             for obj in page.get("items") or ():
-                self._normalize(obj)
+                obj = self._normalize(obj)
                 items[key_of(obj)] = obj
             token = page.get("metadata", {}).get("continue") or None
             if not token:
                 version = str(page["metadata"]["resourceVersion"])
                 break
         self._worked("list of")
+        self._replace(items, version)
+        self.initial_list = "list"
+        log.debug("listed %d %s at resourceVersion %s", len(items), self.description, version)
+        return version
+
+    def _replace(self, items: dict[Key, dict[str, Any]], version: str) -> None:
+        """Swap the cache for `items`, the state at `version`, and tell the handlers."""
         with self._lock:
             old = self.store.replace(items)
             self._gauge.set(len(items))
@@ -315,24 +364,28 @@ class Informer:
             for event in events:
                 self._dispatch(event)
         self._advance(version)
-        log.debug("listed %d %s at resourceVersion %s", len(items), self.description, version)
-        return version
 
-    def _watch(self, resource_version: str) -> str:
-        """Watch from `resource_version` until the stream ends; the last version seen."""
+    def _watch(self, resource_version: str | None) -> None:
+        """Watch from `resource_version` until the stream ends, keeping the last version
+        seen in ``_resume``. From None: a streaming list first (the module docstring)."""
+        query = {**self._query(), "watch": True, "resourceVersion": resource_version,
+                 "allowWatchBookmarks": True, "timeoutSeconds": int(self.watch_timeout)}
+        # The state being streamed, until the bookmark that ends it; None: watching.
+        initial: dict[Key, dict[str, Any]] | None = None
+        if resource_version is None:
+            query.update(initial_events_query())
+            initial = {}
         response = self.api.request(
-            "GET", self.resource.path(self.namespace),
-            query={**self._query(), "watch": True, "resourceVersion": resource_version,
-                   "allowWatchBookmarks": True, "timeoutSeconds": int(self.watch_timeout)},
+            "GET", self.resource.path(self.namespace), query=query,
             timeout=(10.0, self.stall_timeout), stream=True,
             accept=_METADATA if self.metadata_only else None,
         )
         self._response = response
-        self._worked("watch on")
+        self._worked("streaming list of" if initial is not None else "watch on")
         if self._stop.is_set():  # stopped while connecting: interrupt() may have missed it
-            _abort(response)
+            abort(response)
         try:
-            for line in _lines(response):
+            for line in read_lines(response):
                 if self._stop.is_set():
                     break
                 event = json.loads(line)
@@ -341,11 +394,15 @@ class Informer:
                     if obj.get("code") == 410:
                         raise _Expired()
                     raise ApiException(status=obj.get("code", 500), reason=obj.get("message"))
+                if initial is not None:
+                    initial = self._initial_event(initial, kind, obj)
+                    resource_version = self._resume
+                    continue
                 resource_version = _rv(obj) or resource_version
                 if kind != "BOOKMARK":
-                    self._normalize(obj)
-                    self._apply(str(kind), obj)
+                    self._apply(str(kind), self._normalize(obj))
                 self._advance(resource_version)
+                self._resume = resource_version
         except urllib3.exceptions.ReadTimeoutError as err:
             raise _Stalled(f"no data for {self.stall_timeout:.0f}s") from err
         except urllib3.exceptions.ProtocolError as err:
@@ -354,14 +411,34 @@ class Informer:
             raise
         finally:
             response.release_conn()
-        return resource_version
+        if initial is not None and not self._stop.is_set():
+            raise NoInitialEventsEnd(f"the watch ended after {len(initial)} initial events "
+                                     "without the bookmark that ends them")
 
-    def _normalize(self, obj: dict[str, Any]) -> None:
-        # List items carry no apiVersion and kind; metadata-only ones carry
-        # PartialObjectMetadata's. Either way, name the kind watched.
+    def _initial_event(self, initial: dict[Key, dict[str, Any]], kind: object,
+                       obj: dict[str, Any]) -> dict[Key, dict[str, Any]] | None:
+        """Take a streaming list's event; None once its bookmark swapped the cache in."""
+        if ends_initial_events(kind, obj):
+            version = str(_rv(obj))
+            self._replace(initial, version)
+            self.initial_list = "streaming"
+            self._resume = version
+            self.synced.set()
+            log.debug("streamed %d %s at resourceVersion %s", len(initial),
+                      self.description, version)
+            return None
+        if kind == "DELETED":
+            initial.pop(key_of(obj), None)
+        elif kind != "BOOKMARK":
+            obj = self._normalize(obj)
+            initial[key_of(obj)] = obj
+        return initial
+
+    def _normalize(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """`obj` transformed, naming the kind watched (list items carry none)."""
         obj["apiVersion"] = self.resource.api_version
         obj["kind"] = self.resource.kind
-        obj.get("metadata", {}).pop("managedFields", None)
+        return self._transformer(obj)
 
     def _apply(self, kind: str, obj: dict[str, Any]) -> None:
         with self._lock:
@@ -427,79 +504,60 @@ def _retry_after(err: ApiException) -> float | None:
         return None
 
 
-def _lines(response: Any) -> Iterator[bytes]:
-    """Split a chunked watch stream into lines, yielding each as soon as it is complete."""
-    pending = b""
-    for chunk in response.stream(amt=None, decode_content=True):
-        pending += chunk
-        while True:
-            newline = pending.find(b"\n")
-            if newline < 0:
-                break
-            line, pending = pending[:newline], pending[newline + 1:]
-            if line.strip():
-                yield line
-    if pending.strip():
-        yield pending
-
-
-def _abort(response: Any) -> None:
-    """Shut down a streaming response's socket so a blocked read returns at once."""
-    if response is None:
-        return
-    connection = getattr(response, "connection", None) or getattr(response, "_connection", None)
-    sock = getattr(connection, "sock", None)
-    if sock is not None:
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-    try:
-        response.close()
-    except Exception:  # noqa: BLE001 - best effort on shutdown
-        pass
-
-
-InformerKey = tuple[Resource, str | None, str | None, str | None, bool]
-"""(resource, namespace, label selector, field selector, metadata only)."""
+InformerKey = tuple[Resource, str | None, str | None, str | None, bool, Transform | None]
+"""(resource, namespace, label selector, field selector, metadata only, transform)."""
 
 
 class Informers:
     """An operator's informers, one per resource and way of watching it, shared by every
-    controller (and read) that asks for the same; the cache reads are served from."""
+    controller (and read) that asks for the same; the cache reads are served from.
 
-    def __init__(self, api: Api, stop: threading.Event, *, stall_timeout: float = 90.0) -> None:
+    They stream their initial lists unless `streaming` is False (None: unless
+    ``OPERATOR_KIT_STREAMING_LISTS`` says no), sharing one `StreamingLists`
+    (``.streaming``: where the server refused); `default_transform` runs on every object
+    before it is cached, each informer's own transform after it."""
+
+    def __init__(self, api: Api, stop: threading.Event, *, stall_timeout: float = 90.0,
+                 streaming: bool | None = None,
+                 default_transform: Transform | None = drop_managed_fields) -> None:
         self.api = api
         self._stop = stop
         self._stall_timeout = stall_timeout
+        self.streaming = StreamingLists(enabled=env_bool(STREAMING_ENV, True)
+                                        if streaming is None else streaming)
+        self.default_transform = default_transform
         self._informers: dict[InformerKey, Informer] = {}
         self._lock = threading.Lock()
         self._started = False
 
     def informer(self, resource: Resource, *, namespace: str | None = None,
                  label_selector: str | None = None, field_selector: str | None = None,
-                 metadata_only: bool = False) -> Informer:
-        """The informer watching `resource` this way, made on first use (and started,
-        if the others already run)."""
-        key = (resource, namespace, label_selector, field_selector, metadata_only)
+                 metadata_only: bool = False, transform: Transform | None = None) -> Informer:
+        """The informer watching `resource` this way (with `transform` after the default
+        one), made on first use (and started, if the others already run)."""
+        key = (resource, namespace, label_selector, field_selector, metadata_only, transform)
         with self._lock:
             informer = self._informers.get(key)
             if informer is None:
                 informer = self._informers[key] = Informer(
                     self.api, resource, stop=self._stop, namespace=namespace,
                     label_selector=label_selector, field_selector=field_selector,
-                    stall_timeout=self._stall_timeout, metadata_only=metadata_only)
+                    stall_timeout=self._stall_timeout, metadata_only=metadata_only,
+                    streaming=self.streaming, transform=transform,
+                    default_transform=self.default_transform)
                 if self._started:
                     informer.start()
         return informer
 
     def each(self, resource: Resource, namespaces: Sequence[str | None], *,
              label_selector: str | None = None, field_selector: str | None = None,
-             metadata_only: bool = False) -> list[Informer]:
+             metadata_only: bool = False, transform: Transform | None = None
+             ) -> list[Informer]:
         """`informer` in each of `namespaces` (in every namespace: ``[None]``), or the one
         informer of a cluster-scoped `resource`."""
         return [self.informer(resource, namespace=namespace, label_selector=label_selector,
-                              field_selector=field_selector, metadata_only=metadata_only)
+                              field_selector=field_selector, metadata_only=metadata_only,
+                              transform=transform)
                 for namespace in (namespaces if resource.namespaced else [None])]
 
     def covering(self, resource: Resource, namespace: str | None) -> Informer | None:
@@ -511,10 +569,11 @@ class Informers:
         return None
 
     def of(self, resource: Resource) -> list[Informer]:
-        """Every informer of `resource`: full ones before metadata-only ones."""
+        """Every informer of `resource`: full ones before metadata-only ones, and those
+        without a transform of their own first."""
         with self._lock:
             found = [i for key, i in self._informers.items() if key[0] == resource]
-        return sorted(found, key=lambda i: i.metadata_only)
+        return sorted(found, key=lambda i: (i.metadata_only, i.transform is not None))
 
     def values(self) -> list[Informer]:
         with self._lock:
