@@ -547,14 +547,17 @@ def test_python_m_operator_kit_runs_the_named_operators_command_line(
         gadgets_module: Operator, monkeypatch: pytest.MonkeyPatch) -> None:
     from operator_kit.__main__ import main as kit_main
 
-    calls: list[tuple[Operator, list[str] | None]] = []
-    monkeypatch.setattr(Operator, "main",
-                        lambda self, argv=None: calls.append((self, argv)) or 0)
+    import operator_kit.cli
+
+    calls: list[tuple[Operator, list[str] | None, str | None]] = []
+    monkeypatch.setattr(operator_kit.cli, "main", lambda operator, argv=None, app=None:
+                        calls.append((operator, argv, app)) or 0)
     assert kit_main(["gadgets_app:operator", "--log-level", "debug"]) == 0
     monkeypatch.setenv("OPERATOR_KIT_APP", "gadgets_app:operator")
     assert kit_main(["--metrics-bind-address", "0"]) == 0, "named by the Deployment's env"
-    assert calls == [(gadgets_module, ["--log-level", "debug"]),
-                     (gadgets_module, ["--metrics-bind-address", "0"])]
+    assert calls == [(gadgets_module, ["--log-level", "debug"], "gadgets_app:operator"),
+                     (gadgets_module, ["--metrics-bind-address", "0"],
+                      "gadgets_app:operator")]
 
 
 def test_python_m_operator_kit_refuses_what_is_no_operator_in_one_line(
