@@ -11,8 +11,6 @@ requeues, backs off after a failure, or forgets the key. A reconcile that outliv
 
 from __future__ import annotations
 
-import copy
-import functools
 import logging
 import random
 import threading
@@ -28,7 +26,6 @@ from operator_kit.api.resources import CustomResource, InvalidResource
 from operator_kit.client.events import EventRecorder
 from operator_kit.client.fencing import FencedApi, Refusal
 from operator_kit.client.transport import (
-    METADATA_ONLY,
     Api,
     Resource,
     error_message,
@@ -40,6 +37,12 @@ from operator_kit.runtime.context import AlreadyOwned, Context
 from operator_kit.runtime.controller import Action, Controller, Watch, checked_result
 from operator_kit.runtime.filters import Filter, deletion_started, spec_changed
 from operator_kit.runtime.filters import function_name as _name
+from operator_kit.runtime.finalizers import (
+    Conflict,
+    deletion_blocked_note,
+    remove_finalizer,
+    set_finalizers,
+)
 from operator_kit.runtime.mapping import accepted, primary_keys
 from operator_kit.runtime.objects import Objects, decode, resource_of
 from operator_kit.runtime.own_writes import OwnWrites
@@ -49,9 +52,6 @@ from operator_kit.runtime.timeouts import REPLACEMENTS_PER_WORKER, Attempt, Watc
 from operator_kit.runtime.watching import Informer, Informers, Key, WatchEvent
 
 log = logging.getLogger("operator_kit.controller")
-
-# Tries of the finalizer's removal after cleanup, each after a 409 and a fresh read.
-FINALIZER_REMOVAL_ATTEMPTS = 5
 
 
 class ControllerRunner:
@@ -484,47 +484,14 @@ class ControllerRunner:
         except Exception as failure:  # noqa: BLE001 - reported below, retried with backoff
             reason = error_message(failure)
         delay = self.queue.add_failure(key)
-        kind = self.controller.resource
-        finalizers = raw["metadata"].get("finalizers") or []
-        where = f" -n {key[0]}" if key[0] else ""
-        command = (f"kubectl patch {kind.plural}.{kind.group} {key[1]}{where} --type=json "
-                   f"-p '[{{\"op\": \"remove\", \"path\": \"/metadata/finalizers/"
-                   f"{finalizers.index(finalizer)}\"}}]'")
-        note = (f"deletion is blocked: the object no longer matches {kind.__name__} ({err}) "
-                f"and cleanup could not run ({reason}); fix the object, or remove the "
-                f"finalizer {finalizer} by hand: {command}")
+        note = deletion_blocked_note(self.controller.resource, key, raw, finalizer, err,
+                                     reason)
         log.error("%s: %s: %s (retrying in %.1fs)", self.name, describe(key), note, delay)
         self.context.event(raw, True, "DeletionBlocked", note[:1024])
 
     def _remove_finalizer(self, raw: Mapping[str, Any], finalizer: str, api: Api) -> None:
-        """Remove `finalizer` once cleanup ran, from the version read. On a 409 (cleanup's
-        own status write, say) only the removal is retried, on the object read again from
-        the API server while it is the same uid with the finalizer; at last, `Conflict`."""
-        meta, uid = raw["metadata"], raw["metadata"].get("uid")
-        path = resource_of(self.controller.resource).path(meta.get("namespace"), meta["name"])
-        for attempt in range(1, FINALIZER_REMOVAL_ATTEMPTS + 1):
-            left = [f for f in meta.get("finalizers") or () if f != finalizer]
-            send = functools.partial(api.request, "PATCH", path, body={"metadata": {
-                "finalizers": left or None, "resourceVersion": meta.get("resourceVersion")}},
-                content_type="application/merge-patch+json", accept=METADATA_ONLY)
-            try:
-                self.own_primary_writes.write(meta.get("namespace") or "", meta["name"], send)
-                return
-            except ApiException as failure:
-                if failure.status == 404:
-                    return  # already gone
-                if failure.status != 409:
-                    raise
-            if attempt < FINALIZER_REMOVAL_ATTEMPTS:
-                meta = (api.get_or_none(path) or {}).get("metadata") or {}
-                if meta.get("uid") != uid or finalizer not in (meta.get("finalizers") or ()):
-                    return  # gone, made again, or someone else removed it
-                log.debug("%s: removing the finalizer of %s conflicted (attempt %d): "
-                          "retrying the removal alone", self.name, describe_object(raw), attempt)
-        log.warning("%s: removing the finalizer of %s conflicted %d times (it keeps changing): "
-                    "requeued, so cleanup will run again", self.name, describe_object(raw),
-                    FINALIZER_REMOVAL_ATTEMPTS)
-        raise Conflict()
+        remove_finalizer(raw, finalizer, api, kind=self.controller.resource,
+                         writes=self.own_primary_writes, controller=self.name)
 
     def _gone(self, obj: CustomResource) -> bool:
         """Whether `obj` no longer exists (a 404 from a reconcile may be about another
@@ -567,41 +534,10 @@ class ControllerRunner:
                 self._remove_finalizer({"metadata": obj.metadata}, finalizer, api)
             return None
         if finalizer not in obj.finalizers:
-            obj = self._set_finalizers(obj, [*obj.finalizers, finalizer], api)
+            obj = set_finalizers(obj, [*obj.finalizers, finalizer], api,
+                                 writes=self.own_primary_writes)
         return self._reconcile(obj, refusal)
-
-    def _set_finalizers(self, obj: CustomResource, finalizers: list[str],
-                        api: Api) -> CustomResource:
-        """Write the finalizer list only if the object is still the version we read.
-
-        The patch carries that version, so what the API server made is `obj` with the
-        new metadata: only the metadata is asked back (`METADATA_ONLY`), not the whole
-        object to decode again."""
-        resource = resource_of(type(obj))
-        try:
-            answer = self.own_primary_writes.write(
-                obj.namespace or "", obj.name, lambda: api.request(
-                    "PATCH", resource.path(obj.namespace, obj.name),
-                    body={"metadata": {"finalizers": finalizers or None,
-                                       "resourceVersion": obj.resource_version}},
-                    content_type="application/merge-patch+json", accept=METADATA_ONLY))
-        except ApiException as err:
-            if err.status == 409:
-                raise Conflict() from err
-            raise
-        updated = copy.copy(obj)
-        metadata = dict(answer.get("metadata") or {})
-        metadata.pop("managedFields", None)  # as the cache holds it (watching.py)
-        updated.metadata = metadata
-        return updated
 
 
 def _clip(note: str, limit: int = 280) -> str:
     return note if len(note) <= limit else note[:limit - 1] + "…"
-
-
-class Conflict(Exception):
-    """Our copy of the object is stale (409): requeue and read the newer one.
-
-    Raised by `ControllerRunner.finalize_or_reconcile`; the workers requeue on it, and
-    `operator_kit.testing.reconcile_once` reports it."""

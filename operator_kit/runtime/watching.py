@@ -551,10 +551,9 @@ class Informers:
 
     def each(self, resource: Resource, namespaces: Sequence[str | None], *,
              label_selector: str | None = None, field_selector: str | None = None,
-             metadata_only: bool = False, transform: Transform | None = None
+             metadata_only: bool = False, transform: Transform | None = None,
              ) -> list[Informer]:
-        """`informer` in each of `namespaces` (in every namespace: ``[None]``), or the one
-        informer of a cluster-scoped `resource`."""
+        """`informer` in each of `namespaces` (``[None]``: all; one if cluster-scoped)."""
         return [self.informer(resource, namespace=namespace, label_selector=label_selector,
                               field_selector=field_selector, metadata_only=metadata_only,
                               transform=transform)

@@ -26,7 +26,8 @@ from typing import Any
 from operator_kit.client.events import EventRecorder
 from operator_kit.client.transport import Api
 from operator_kit.runtime.controller import Action, Controller
-from operator_kit.runtime.runner import Conflict, ControllerRunner
+from operator_kit.runtime.finalizers import Conflict
+from operator_kit.runtime.runner import ControllerRunner
 from operator_kit.runtime.watching import Informers
 from operator_kit.testing.cluster import FIELD_MANAGER, Namespace, TestCluster
 

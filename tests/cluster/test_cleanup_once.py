@@ -17,7 +17,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from operator_kit import Action, Context, Controller, Operator
-from operator_kit.runtime.runner import FINALIZER_REMOVAL_ATTEMPTS
+from operator_kit.runtime.finalizers import FINALIZER_REMOVAL_ATTEMPTS
 from operator_kit.testing import Namespace, TestCluster, eventually, reconcile_once
 
 from .conftest import Widget, create_widget, widget_path

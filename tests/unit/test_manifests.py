@@ -545,9 +545,8 @@ def gadgets_module(monkeypatch: pytest.MonkeyPatch) -> Operator:
 
 def test_python_m_operator_kit_runs_the_named_operators_command_line(
         gadgets_module: Operator, monkeypatch: pytest.MonkeyPatch) -> None:
-    from operator_kit.__main__ import main as kit_main
-
     import operator_kit.cli
+    from operator_kit.__main__ import main as kit_main
 
     calls: list[tuple[Operator, list[str] | None, str | None]] = []
     monkeypatch.setattr(operator_kit.cli, "main", lambda operator, argv=None, app=None:
