@@ -486,7 +486,7 @@ class ControllerRunner:
                 f"and cleanup could not run ({reason}); fix the object, or remove the "
                 f"finalizer {finalizer} by hand: {command}")
         log.error("%s: %s: %s (retrying in %.1fs)", self.name, describe(key), note, delay)
-        self.context.event(raw, True, "DeletionBlocked", note[:1024])
+        self.context.event(raw, True, "DeletionBlocked", note, action="Cleanup")
 
     def _remove_finalizer(self, raw: Mapping[str, Any], finalizer: str) -> None:
         """Remove `finalizer` once cleanup ran, from the version read. On a 409 (cleanup's
