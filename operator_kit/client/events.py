@@ -17,9 +17,11 @@ restart, finds the existing Event by a 409 on create and continues its series (i
 Each repeat is one PATCH guarded by the resourceVersion this recorder last saw: the
 threads of one recorder record the same Event one at a time (other Events go on in
 parallel), so within a process no repeat is lost to a conflict; a conflict with another
-replica reads the Event again and retries. A recorder remembers the series of its last
-`REMEMBERED` events, so only a forgotten one costs a GET first. An Event the API server
-expired (after ``--event-ttl``, an hour by default, without a repeat) starts over.
+replica reads the Event again and retries after a short random pause (5 tries; a
+repeat still in conflict then is logged and not counted). A recorder remembers the
+series of its last `REMEMBERED` events, so only a forgotten one costs a GET first. An
+Event the API server expired (after ``--event-ttl``, an hour by default, without a
+repeat) starts over.
 
 Recording is best effort: a refused request is logged, never raised into a reconcile.
 """
@@ -31,9 +33,11 @@ import datetime
 import hashlib
 import logging
 import os
+import random
 import re
 import socket
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -60,6 +64,7 @@ Event this recorder did not write (another replica's, or from before a restart).
 
 _TRIES = 5
 _STRIPES = 64
+_PAUSE = 0.01  # seconds, times the attempt: at most 0.1 s in all
 _QUALIFIED = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
 
@@ -222,7 +227,7 @@ class EventRecorder:
 
     def _record(self, collection: str, path: str, body: dict[str, Any]) -> None:
         known = self._recall(path)
-        for _ in range(_TRIES):
+        for attempt in range(1, _TRIES + 1):
             if known is None:
                 try:
                     created = self.api.request("POST", collection, body=body)
@@ -243,7 +248,9 @@ class EventRecorder:
             except ApiException as err:
                 if err.status == 404:  # expired or deleted: start over
                     known = None
-                elif err.status == 409:  # counted meanwhile by another thread or replica
+                elif err.status == 409:  # counted meanwhile by another replica
+                    # A random pause, so that two replicas repeating it at once fall apart.
+                    time.sleep(random.uniform(0, _PAUSE * attempt))
                     current = self.api.get_or_none(path)
                     known = None if current is None else (
                         occurrences(current), current["metadata"]["resourceVersion"])
