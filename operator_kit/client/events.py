@@ -211,8 +211,8 @@ class EventRecorder:
         check_field("reason", reason)
         check_field("action", action)
         body = new_event(obj, controller=self.controller, instance=self.instance,
-                            action=action, warning=warning, reason=reason, note=note,
-                            related=related)
+                         action=action, warning=warning, reason=reason, note=note,
+                         related=related)
         meta = body["metadata"]
         collection = f"/apis/events.k8s.io/v1/namespaces/{meta['namespace']}/events"
         path = f"{collection}/{meta['name']}"
