@@ -14,6 +14,13 @@ operators (kubebuilder's Grafana dashboards, the usual alert rules) work unchang
 client-go's ``rest_client_requests_total{code,method,host}`` and its siblings.
 `Both` updates an operator_kit metric and its controller-runtime twin together, so the
 two can never disagree.
+
+No ``_created`` series: prometheus_client would add one per counter and histogram child
+(the Unix time it was made), doubling the series a scrape stores for a value nothing
+reads (Prometheus ignores it unless asked; controller-runtime's Go client exports none).
+Importing this module turns them off for the whole process (`disable_created_metrics`),
+as ``PROMETHEUS_DISABLE_CREATED_SERIES=True`` would; `exposition` is what ``/metrics``
+serves.
 """
 
 from __future__ import annotations
@@ -23,9 +30,24 @@ import weakref
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+from prometheus_client import (
+    REGISTRY,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+disable_created_metrics()  # type: ignore[no-untyped-call]  # (untyped upstream)
+
+
+def exposition() -> bytes:
+    """Every metric of the default registry in Prometheus' text format, without
+    ``_created`` series: the body of ``/metrics``."""
+    return generate_latest(REGISTRY)
 
 
 class Both:

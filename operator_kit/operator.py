@@ -29,6 +29,7 @@ from kubernetes import client
 from operator_kit.api.kinds import Kind
 from operator_kit.api.rbac import Rule, merge_rules
 from operator_kit.api.resources import CustomResource
+from operator_kit.client.events import RULE as EVENTS_RULE
 from operator_kit.client.events import EventRecorder
 from operator_kit.client.transport import Api, api_client, current_namespace
 from operator_kit.election import leader, sharder, sharding
@@ -301,7 +302,7 @@ class Operator:
         """What serving webhooks needs: the shared certificate and the CA bundle patches."""
         if not self.webhook_registrations():
             return []
-        rules = [Rule([""], ["events"], ["create", "get", "patch"])]
+        rules = [EVENTS_RULE]
         if not external:  # a mounted Secret is read by the kubelet, not by the operator
             rules += [Rule([""], ["secrets"], ["create"]),
                       Rule([""], ["secrets"], ["get", "update"], [self.webhook_secret])]

@@ -18,8 +18,9 @@ from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 import flask
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
+from operator_kit import metrics
 from operator_kit.settings import Address, UsageError
 
 __all__ = ["HttpServer", "add_probe_views"]
@@ -42,7 +43,7 @@ def add_probe_views(app: flask.Flask, *, live: Callable[[], bool],
                               mimetype="text/plain")
 
     def metrics_view() -> flask.Response:
-        return flask.Response(generate_latest(), mimetype=CONTENT_TYPE_LATEST)
+        return flask.Response(metrics.exposition(), mimetype=CONTENT_TYPE_LATEST)
 
     app.add_url_rule("/livez", "livez", livez)
     app.add_url_rule("/readyz", "readyz", readyz)

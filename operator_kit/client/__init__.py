@@ -3,7 +3,7 @@
 `transport` wraps the official client's ApiClient (`Api`: one call per verb on a REST
 endpoint, `Resource`; request metrics, keepalive sockets, retries after a 429's
 Retry-After, errors that say what to do); `kubeconfig` reads a kubeconfig, or a
-``KUBECONFIG`` list merged as kubectl merges it; `events` records core Events;
+``KUBECONFIG`` list merged as kubectl merges it; `events` records events.k8s.io/v1 Events;
 `installation` reads which namespace an operator is already installed in.
 
 Layer: above `operator_kit.api`; below the runtime, election, webhooks and everything

@@ -136,6 +136,9 @@ def _run(argv: list[str] | None, *, operator: Operator | None, app: str | None,
     parser.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
                         help="how long --uninstall waits for the custom objects to go "
                         "(default 300)")
+    parser.add_argument("--service-monitor", action="store_true",
+                        help="add a Prometheus Operator ServiceMonitor "
+                        "(monitoring.coreos.com/v1) and the metrics Service it scrapes")
     args = parser.parse_args(argv)
     check_flags(args)
     if operator is None:
@@ -155,7 +158,8 @@ def _run(argv: list[str] | None, *, operator: Operator | None, app: str | None,
                                   image=args.image or f"{operator.name}:latest",
                                   replicas=args.replicas, certificate=certificate,
                                   namespace_document=args.namespace_document,
-                                  version=args.app_version)
+                                  version=args.app_version,
+                                  service_monitor=args.service_monitor)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -16,7 +16,8 @@
    spreads the pods over nodes and a PodDisruptionBudget that keeps one serving
    during a drain (the webhooks fail closed: none serving means no writes);
 4. the Validating/MutatingWebhookConfigurations for the registered admission webhooks;
-5. the admission policies that guard the installation (`_guard`): its ServiceAccount may
+5. with ``service_monitor``, the metrics Service and a ServiceMonitor (`_monitoring`);
+6. the admission policies that guard the installation (`_guard`): its ServiceAccount may
    change only caBundles, a second installation cannot re-point the cluster-scoped
    documents (each carries ``operator-kit.io/installation: <namespace>``), and only the
    operator moves shard labels.
@@ -50,6 +51,7 @@ from operator_kit.api.resources import CustomResource
 from operator_kit.manifests._crd import crd, with_conversion_webhook
 from operator_kit.manifests._guard import INSTALLATION_LABEL, guard_policies
 from operator_kit.manifests._labels import RecommendedLabels, labelled, version_of_image
+from operator_kit.manifests._monitoring import metrics_service, service_monitor
 from operator_kit.manifests._rbac import Rbac
 from operator_kit.manifests._webhooks import WebhookRule, WebhookTarget, webhook_configuration
 from operator_kit.settings import ENV, METRICS_PORT, NAME_ENV, PROBE_PORT
@@ -79,7 +81,8 @@ def operator_manifests(operator: Operator, *, app: str, namespace: str, image: s
                        certificate: ExternalCertificate | None = None,
                        namespace_document: bool = True,
                        version: str | None = None, instance: str | None = None,
-                       part_of: str | None = None) -> list[dict[str, Any]]:
+                       part_of: str | None = None,
+                       service_monitor: bool = False) -> list[dict[str, Any]]:
     """All documents the operator needs, for ``kubectl apply -f -``.
 
     `app` is how the image imports the operator (``MODULE:ATTR``, gunicorn's
@@ -97,7 +100,10 @@ def operator_manifests(operator: Operator, *, app: str, namespace: str, image: s
 
     An operator that registers no webhooks gets no Service, no webhook configurations and
     no certificate (`certificate` is ignored): its Deployment runs its own command line
-    (`OPERATOR_COMMAND`), probes and metrics over HTTP on ports of their own."""
+    (`OPERATOR_COMMAND`), probes and metrics over HTTP on ports of their own.
+
+    `service_monitor` adds a Prometheus Operator ServiceMonitor and the metrics Service
+    it scrapes (`operator_kit.manifests._monitoring`)."""
     replicas = _replicas(operator, replicas)
     registrations = operator.webhook_registrations()
     certificate = (certificate or operator.webhook_certificate) if registrations else None
@@ -138,6 +144,8 @@ def operator_manifests(operator: Operator, *, app: str, namespace: str, image: s
     if replicas > 1:
         docs.append(disruption_budget(operator.name, namespace))
     docs.append(network_policy(operator.name, namespace, webhooks=bool(registrations)))
+    if service_monitor:
+        docs += _metrics_documents(operator, namespace, certificate, webhooks=bool(registrations))
     for mutating in (False, True):
         rules = [WebhookRule(r.kind, r.path) for r in registrations
                  if r.kind is not None and r.type == ("mutate" if mutating else "validate")]
@@ -177,6 +185,26 @@ def _guard(operator: Operator, docs: Sequence[dict[str, Any]], namespace: str, a
         ca_bundle_crds=[d["metadata"]["name"] for d in crds
                         if (d["spec"].get("conversion") or {}).get("webhook")],
         keeps_ca_bundles=keeps_ca_bundles, shard=shard, sharded=sharded)
+
+
+def _metrics_documents(operator: Operator, namespace: str,
+                       certificate: ExternalCertificate | None, *,
+                       webhooks: bool) -> list[dict[str, Any]]:
+    """The metrics Service and the ServiceMonitor: over TLS on the webhook port, checking
+    the served certificate (the brought one's Secret, else the one the operator keeps),
+    or over HTTP on the command line's metrics port."""
+    if not webhooks:
+        return [metrics_service(operator.name, namespace, port=METRICS_PORT,
+                                target_port="metrics"),
+                service_monitor(operator.name, namespace)]
+    if certificate:  # the name a webhook Certificate is issued for (cert-manager's habit)
+        secret, server_name = certificate.secret, f"{operator.webhook_service}.{namespace}.svc"
+    else:  # the operator's own certificate has the bare Service name too, which an
+        # overlay's namePrefix rewrites (kustomizeconfig.yaml) and its namespace leaves alone
+        secret, server_name = operator.webhook_secret, operator.webhook_service
+    return [metrics_service(operator.name, namespace, port=WEBHOOK_PORT, target_port="https"),
+            service_monitor(operator.name, namespace, tls_secret=secret,
+                            server_name=server_name)]
 
 
 def _replicas(operator: Operator, replicas: int | None) -> int:

@@ -2,8 +2,9 @@
 
 `kustomize_base(docs)` returns the files (name -> text) and `write_kustomize_base(dir,
 docs)` writes them: ``namespace.yaml``, ``crds.yaml``, ``rbac.yaml``, ``deployment.yaml``
-(the Service, the Deployment, its PodDisruptionBudget and NetworkPolicy) and
-``webhooks.yaml`` — those that have documents — and ``kustomization.yaml``
+(the Service, the Deployment, its PodDisruptionBudget and NetworkPolicy),
+``metrics.yaml`` (with ``--service-monitor``: the metrics Service and the ServiceMonitor)
+and ``webhooks.yaml`` — those that have documents — and ``kustomization.yaml``
 listing them in apply order.
 
 ``kustomizeconfig.yaml`` teaches kustomize the references it does not know of itself, so
@@ -15,7 +16,9 @@ renamed object:
   of its webhook configurations;
 - the Deployment's environment variables that tell the operator the names of its
   webhook Service and configurations (`operator_kit.settings.NAME_ENV`), so the running
-  operator patches and serves under the new names.
+  operator patches and serves under the new names;
+- the ServiceMonitor's ``serverName`` (``--service-monitor``): the webhook Service's
+  name, which the certificate the operator keeps is issued for too.
 
 kustomize itself already follows the Service in webhook configurations, the
 ServiceAccount in the Deployment and the bindings, and the Roles in their bindings; it
@@ -37,7 +40,8 @@ __all__ = ["KUSTOMIZECONFIG", "kustomize_base", "write_kustomize_base"]
 
 # The file of each component, in apply order.
 _FILES = {"namespace": "namespace.yaml", "crd": "crds.yaml", "rbac": "rbac.yaml",
-          "operator": "deployment.yaml", "webhook": "webhooks.yaml"}
+          "operator": "deployment.yaml", "metrics": "metrics.yaml",
+          "webhook": "webhooks.yaml"}
 
 _ENV_VALUE = {"kind": "Deployment", "group": "apps",
               "path": "spec/template/spec/containers/env/value"}
@@ -48,7 +52,9 @@ KUSTOMIZECONFIG: dict[str, Any] = {"nameReference": [
     {"kind": "Service", "version": "v1", "fieldSpecs": [
         {"kind": "CustomResourceDefinition", "group": "apiextensions.k8s.io",
          "path": "spec/conversion/webhook/clientConfig/service/name"},
-        _ENV_VALUE]},
+        _ENV_VALUE,
+        {"kind": "ServiceMonitor", "group": "monitoring.coreos.com",
+         "path": "spec/endpoints/tlsConfig/serverName"}]},
     {"kind": "ValidatingWebhookConfiguration", "group": "admissionregistration.k8s.io",
      "fieldSpecs": [_RESOURCE_NAMES, _ENV_VALUE]},
     {"kind": "MutatingWebhookConfiguration", "group": "admissionregistration.k8s.io",

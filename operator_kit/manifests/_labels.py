@@ -32,9 +32,11 @@ _COMPONENTS = {
 
 
 def component_of(doc: dict[str, Any]) -> str:
-    """``app.kubernetes.io/component`` of a document: namespace, crd, rbac, operator or
-    webhook (other kinds: operator)."""
-    return _COMPONENTS.get(str(doc.get("kind")), "operator")
+    """``app.kubernetes.io/component`` of a document: the one it is labelled with (the
+    metrics Service and ServiceMonitor: metrics), else by its kind: namespace, crd, rbac,
+    operator or webhook (other kinds: operator)."""
+    own = ((doc.get("metadata") or {}).get("labels") or {}).get("app.kubernetes.io/component")
+    return str(own) if own else _COMPONENTS.get(str(doc.get("kind")), "operator")
 
 
 def version_of_image(image: str) -> str | None:

@@ -265,13 +265,24 @@ class Context:
         return body
 
     def event(self, obj: CustomResource | Mapping[str, Any], warning: bool, reason: str,
-              note: str) -> None:
-        """Post a core Event on `obj` (shown by ``kubectl describe``); repeats aggregate."""
+              note: str, *, action: str = "Reconcile",
+              related: CustomResource | Mapping[str, Any] | None = None) -> None:
+        """Post an events.k8s.io/v1 Event regarding `obj` (shown by ``kubectl describe``):
+        a Warning when `warning`, a CamelCase `reason`, a `note` for people, the `action`
+        this controller took or failed (default ``Reconcile``) and optionally a `related`
+        object. The same Event again becomes a series whose count rises
+        (`operator_kit.client.events`); a reason or action the API server would refuse
+        (empty, over 128 characters) is a ValueError."""
         refused = self._refusal() if self._refusal is not None else None
         if refused is not None:
             raise Fenced(f"Event {reason} on {_where(_meta(obj))} refused: {refused}")
-        body = obj.to_dict() if isinstance(obj, CustomResource) else dict(obj)
-        self._recorder.event(body, warning=warning, reason=reason, note=note)
+
+        def as_dict(item: CustomResource | Mapping[str, Any]) -> dict[str, Any]:
+            return item.to_dict() if isinstance(item, CustomResource) else dict(item)
+
+        self._recorder.event(as_dict(obj), warning=warning, reason=reason, note=note,
+                             action=action,
+                             related=None if related is None else as_dict(related))
 
 
 class AlreadyOwned(Exception):

@@ -43,6 +43,7 @@ from typing import Any, Generic, TypeVar
 from operator_kit.api.kinds import Kind, KindSpec
 from operator_kit.api.rbac import Rule
 from operator_kit.api.resources import CustomResource, InvalidResource
+from operator_kit.client.events import RULE as EVENTS_RULE
 from operator_kit.runtime.cache import LabelSelector
 from operator_kit.runtime.context import Context
 from operator_kit.runtime.filters import Filter, function_name
@@ -322,7 +323,7 @@ class Controller(Generic[R]):
         for watched in self.watched_kinds():
             rules.append(Rule([watched.group], [watched.resource_name],
                               ["get", "list", "watch"]))
-        rules.append(Rule([""], ["events"], ["create", "patch", "get"]))
+        rules.append(EVENTS_RULE)
         rules.extend(self.rules)
         return rules
 

@@ -487,7 +487,7 @@ class ControllerRunner:
         note = deletion_blocked_note(self.controller.resource, key, raw, finalizer, err,
                                      reason)
         log.error("%s: %s: %s (retrying in %.1fs)", self.name, describe(key), note, delay)
-        self.context.event(raw, True, "DeletionBlocked", note[:1024])
+        self.context.event(raw, True, "DeletionBlocked", note, action="Cleanup")
 
     def _remove_finalizer(self, raw: Mapping[str, Any], finalizer: str, api: Api) -> None:
         remove_finalizer(raw, finalizer, api, kind=self.controller.resource,

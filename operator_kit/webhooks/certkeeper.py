@@ -83,6 +83,8 @@ __all__ = ["CertificateKeeper", "Rotation", "plan"]
 logger = logging.getLogger("operator_kit.certificates")
 
 _ATTEMPTS = 10
+TRUST_ACTION = "CheckWebhookCertificate"
+"""The ``action`` of the Events saying whether a caBundle trusts the served certificate."""
 _REGISTRATION = "/apis/admissionregistration.k8s.io/v1"
 
 
@@ -493,12 +495,13 @@ class CertificateKeeper:
         if problem:
             logger.error("webhook certificate: %s; this replica reports not ready", problem)
             if self.recorder is not None and about is not None:
-                self.recorder.event(about, warning=True, reason=reason,
+                self.recorder.event(about, warning=True, reason=reason, action=TRUST_ACTION,
                                     note=f"{who}: {problem}")
         elif previous and not previous.endswith("not checked yet"):
             logger.info("webhook certificate: trusted by every caBundle again; ready")
             if self.recorder is not None and about is not None:
-                self.recorder.event(about, warning=False, reason="WebhookCertificateTrusted",
+                self.recorder.event(about, warning=False, action=TRUST_ACTION,
+                                    reason="WebhookCertificateTrusted",
                                     note=f"{who}: the served certificate is trusted again")
 
     # -- the thread ----------------------------------------------------------------------

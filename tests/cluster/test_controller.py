@@ -251,33 +251,6 @@ def test_status_patch_does_not_touch_spec(namespace: Namespace,
     assert widget(namespace, "w")["spec"] == {"size": 6, "message": "hello"}
 
 
-class EventController(WidgetController):
-    def reconcile(self, obj: Widget, ctx: Context) -> Action:
-        ctx.event(obj, False, "Configured", f"size is {obj.spec.size}")
-        return Action.await_change()
-
-
-def test_events_are_posted_on_the_object_and_repeats_are_aggregated(
-        namespace: Namespace, run_operator: RunOperator) -> None:
-    controller = EventController(namespace.name)
-    run_operator(controller)
-    created = create_widget(namespace, "w", size=2)
-
-    def configured() -> list[dict[str, Any]]:
-        return [e for e in namespace.list("v1", "Event")
-                if e["involvedObject"].get("uid") == created["metadata"]["uid"]]
-
-    events = eventually(20, configured)
-    assert events[0]["reason"] == "Configured" and events[0]["type"] == "Normal"
-    assert events[0]["message"] == "size is 2"
-    assert events[0]["source"]["component"] == "test-operator"
-    # The same event again (a label change reconciles without changing the note).
-    namespace.api.request("PATCH", widget_path(namespace, "w"),
-                          body={"metadata": {"labels": {"touched": "1"}}},
-                          content_type="application/merge-patch+json")
-    eventually(20, lambda: len(configured()) == 1 and configured()[0].get("count") == 2)
-
-
 def test_label_selector_excludes_objects_that_do_not_match(namespace: Namespace,
                                                            run_operator: RunOperator) -> None:
     recorder = Recorder()

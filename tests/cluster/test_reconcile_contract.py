@@ -20,6 +20,7 @@ from operator_kit import (
     Operator,
     Sharding,
 )
+from operator_kit.client.events import occurrences
 from operator_kit.election.sharder import Sharder
 from operator_kit.testing import Namespace, TestCluster, eventually
 
@@ -36,6 +37,8 @@ pytestmark = pytest.mark.usefixtures("widget_kind")
 
 
 def events(ns: Namespace, reason: str) -> list[dict[str, Any]]:
+    """The Events with `reason`, through the core API (as kubectl describe reads them:
+    ``message`` is the note; the events.k8s.io ``series`` is there too)."""
     return list(ns.list("v1", "Event", fieldSelector=f"reason={reason}"))
 
 
@@ -146,7 +149,7 @@ def test_a_repeated_api_error_is_one_event_in_one_line_whose_count_rises(
         run_operator(Failing(namespace.name))
         create_widget(namespace, "w")
         event = eventually(30, lambda: next(
-            e for e in events(namespace, "ReconcileError") if (e.get("count") or 0) >= 3))
+            e for e in events(namespace, "ReconcileError") if occurrences(e) >= 3))
     assert len(events(namespace, "ReconcileError")) == 1, "one Event, not one per retry"
     note = event["message"]
     assert note.startswith("422 Unprocessable Entity: ConfigMap \"Not_A_Valid_Name\" is invalid")
@@ -203,7 +206,7 @@ def test_an_undecodable_object_being_deleted_says_deletion_is_blocked_and_how_to
     run_operator(Upgraded(namespace.name, can_clean_up=False))
     namespace.api.request("DELETE", widget_path(namespace, "old"))
     blocked = eventually(30, lambda: next(e for e in events(namespace, "DeletionBlocked")
-                                          if (e.get("count") or 0) >= 2))
+                                          if occurrences(e) >= 2))
     note = blocked["message"]
     assert "deletion is blocked" in note and "spec.color: required field is missing" in note
     assert (f"kubectl patch widgets.{Widget.group} old -n {namespace.name} --type=json "
@@ -383,8 +386,8 @@ def test_a_label_storm_over_reconciled_objects_writes_no_status_no_event_and_no_
                         if verb != "GET" and path.endswith("/status"))
     applies = sum(n for (verb, path), n in sent.items()
                   if verb == "PATCH" and path.startswith(f"{prefix}/configmaps/"))
-    event_writes = sum(n for (verb, path), n in sent.items()
-                       if verb != "GET" and path.startswith(f"{prefix}/events"))
+    event_writes = sum(n for (verb, path), n in sent.items() if verb != "GET" and path.startswith(
+        f"/apis/events.k8s.io/v1/namespaces/{namespace.name}/events"))
     assert storm_reconciles >= count
     assert status_writes == 0, f"status writes that changed nothing: {sent}"
     assert event_writes == 0, f"Events during a storm that failed nothing: {sent}"

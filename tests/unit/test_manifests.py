@@ -357,6 +357,7 @@ def test_kustomizeconfig_names_the_references_kustomize_does_not_know() -> None:
         ("Service", "CustomResourceDefinition",
          "spec/conversion/webhook/clientConfig/service/name"),
         ("Service", "Deployment", "spec/template/spec/containers/env/value"),
+        ("Service", "ServiceMonitor", "spec/endpoints/tlsConfig/serverName"),
         ("ValidatingWebhookConfiguration", "ClusterRole", "rules/resourceNames"),
         ("ValidatingWebhookConfiguration", "Deployment",
          "spec/template/spec/containers/env/value"),

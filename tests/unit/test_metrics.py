@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -244,3 +245,47 @@ def test_promtool_finds_nothing_to_lint_in_the_metrics() -> None:
                             capture_output=True, timeout=60, check=False)
     problems = result.stdout.decode() + result.stderr.decode()
     assert result.returncode == 0, problems
+
+
+SCRAPE_BOTH_SERVERS = """
+import urllib.request
+from operator_kit import Operator, metrics
+from operator_kit.cli import servers
+from operator_kit.settings import Address, Settings
+
+metrics.RECONCILES.labels("created-test").inc()
+metrics.RECONCILE_DURATION.labels("created-test").observe(0.2)
+operator = Operator("created-test", [])
+gunicorn = operator.app.test_client().get("/metrics").get_data(as_text=True)
+cli = servers(operator, Settings(metrics_bind_address=Address("127.0.0.1", 0)))[0]
+cli.start()
+try:
+    with urllib.request.urlopen(f"http://{cli.address}/metrics", timeout=10) as answer:
+        served = answer.read().decode()
+finally:
+    cli.stop()
+print(gunicorn + "\\n=====\\n" + served)
+"""
+
+
+def test_metrics_have_no_created_series_on_either_server() -> None:
+    """``/metrics`` as gunicorn serves it (the operator's app) and as the operator's command
+    line does (its metrics server), in a fresh interpreter that imports only what those
+    do and has no ``PROMETHEUS_DISABLE_CREATED_SERIES``: counters and histograms have
+    their samples and no ``_created`` line."""
+    env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_DISABLE_CREATED_SERIES"}
+    result = subprocess.run([sys.executable, "-c", SCRAPE_BOTH_SERVERS], capture_output=True,
+                            text=True, timeout=60, check=True, env=env,
+                            cwd=Path(__file__).parents[2])
+    for body in result.stdout.split("\n=====\n"):
+        lines = body.splitlines()
+        assert 'operator_kit_controller_reconciles_total{controller="created-test"} 1.0' in lines
+        assert any(line.startswith("operator_kit_controller_reconcile_duration_seconds_count"
+                                   '{controller="created-test"}') for line in lines)
+        created = [line for line in lines if "_created" in line]
+        assert created == [], created[:5]
+
+
+def test_the_created_series_are_off_in_this_process_too() -> None:
+    metrics.RECONCILES.labels("created-test").inc()
+    assert b"_created" not in metrics.exposition()
