@@ -130,7 +130,7 @@ class ControllerRunner:
                                       metrics.CR_RECONCILE_TIME.labels(self.name))
         self._depth = metrics.QUEUE_DEPTH.labels(self.name)
         self._retries = metrics.Both(metrics.RETRIES.labels(self.name),
-                                     metrics.WORKQUEUE_RETRIES.labels(self.name))
+                                     metrics.WORKQUEUE_RETRIES.labels(self.name, self.name))
         self._in_flight = metrics.Both(metrics.IN_FLIGHT.labels(self.name),
                                        metrics.CR_ACTIVE_WORKERS.labels(self.name))
         metrics.init_controller(self.name, controller.max_concurrent_reconciles)
