@@ -56,11 +56,17 @@ _METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 
 @dataclass(frozen=True)
 class WatchEvent:
-    """A change seen by an informer: ``type`` is ADDED, MODIFIED or DELETED."""
+    """A change seen by an informer: ``type`` is ADDED, MODIFIED or DELETED.
+
+    ``from_list`` is True when a list brought it -- the initial list, a relist after 410
+    Gone, or a late handler's replay of the cache -- and False for a live watch event
+    (client-go's ``isInInitialList``, extended to relists): the work queue gives the
+    former low priority (`Controller.priority`)."""
 
     type: str
     object: dict[str, Any]
     old: dict[str, Any] | None = None
+    from_list: bool = False
 
 
 Handler = Callable[[WatchEvent], None]
@@ -184,7 +190,7 @@ class Informer:
             self._handlers.append(handler)
             existing = self.store.objects()
         for obj in existing:
-            _call(handler, WatchEvent("ADDED", obj), self.description)
+            _call(handler, WatchEvent("ADDED", obj, from_list=True), self.description)
 
     # -- running ---------------------------------------------------------------------------
 
@@ -304,14 +310,14 @@ class Informer:
         with self._lock:
             old = self.store.replace(items)
             self._gauge.set(len(items))
-            events = [WatchEvent("DELETED", obj) for key, obj in old.items()
+            events = [WatchEvent("DELETED", obj, from_list=True) for key, obj in old.items()
                       if key not in items]
             for key, obj in items.items():
                 before = old.get(key)
                 if before is None:
-                    events.append(WatchEvent("ADDED", obj))
+                    events.append(WatchEvent("ADDED", obj, from_list=True))
                 elif _rv(before) != _rv(obj):
-                    events.append(WatchEvent("MODIFIED", obj, before))
+                    events.append(WatchEvent("MODIFIED", obj, before, from_list=True))
             for event in events:
                 self._dispatch(event)
         self._advance(version)
