@@ -54,6 +54,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # this checkout's operator_kit, not an installed one
+
 GROUP = "bench.operator-kit.test"
 VERSION = "v1"
 KIND = "RestartItem"
@@ -241,7 +244,10 @@ def plane(kubeconfig: str | None) -> Iterator[str]:
 def bench(options: argparse.Namespace) -> int:
     import logging
 
+    import operator_kit
     from operator_kit.testing import TestCluster
+
+    print(f"# operator_kit from {Path(operator_kit.__file__).parent}", flush=True)
 
     logging.basicConfig(level=logging.WARNING, format="%(threadName)s %(name)s: %(message)s")
     runs: list[Run] = []
