@@ -9,7 +9,8 @@ Beside operator_kit's own names, the ones controller-runtime and client-go expor
 here with the same labels and meaning, so dashboards and alerts written for Go
 operators (kubebuilder's Grafana dashboards, the usual alert rules) work unchanged:
 ``controller_runtime_reconcile_total{controller,result}`` and its siblings,
-``workqueue_*{name}`` (the queue's name is its controller's),
+``workqueue_*{name,controller}`` (both the queue's controller; ``workqueue_depth`` also
+by ``priority``, as controller-runtime's priority queue),
 ``leader_election_master_status{name}``, ``controller_runtime_webhook_*{webhook}`` and
 client-go's ``rest_client_requests_total{code,method,host}`` and its siblings.
 `Both` updates an operator_kit metric and its controller-runtime twin together, so the
@@ -178,33 +179,33 @@ def init_controller(controller: str, max_concurrent_reconciles: int) -> None:
     CR_RECONCILE_TIMEOUTS.labels(controller)
     CR_ACTIVE_WORKERS.labels(controller)
     CR_MAX_CONCURRENT.labels(controller).set(max_concurrent_reconciles)
-    WORKQUEUE_RETRIES.labels(controller)
+    WORKQUEUE_RETRIES.labels(controller, controller)
 
 
-# -- work queues, as client-go names them (name: the controller) ------------------------
+# -- work queues, as controller-runtime labels them (name and controller: the controller) --
 _QUEUE_BUCKETS = tuple(float(f"1e{e}") for e in range(-8, 2))  # 10ns .. 10s, as client-go
 WORKQUEUE_ADDS = Counter(
     "workqueue_adds",
     "Total number of adds handled by workqueue (a key already waiting is not added again).",
-    ["name"],
+    ["name", "controller"],
 )
 WORKQUEUE_QUEUE_DURATION = Histogram(
     "workqueue_queue_duration_seconds",
     "How long in seconds an item stays in workqueue before being requested "
     "(from when it is due, for a delayed key).",
-    ["name"],
+    ["name", "controller"],
     buckets=_QUEUE_BUCKETS,
 )
 WORKQUEUE_WORK_DURATION = Histogram(
     "workqueue_work_duration_seconds",
     "How long in seconds processing an item from workqueue takes.",
-    ["name"],
+    ["name", "controller"],
     buckets=_QUEUE_BUCKETS,
 )
 WORKQUEUE_RETRIES = Counter(
     "workqueue_retries",
     "Total number of retries handled by workqueue (failure backoff, throttling).",
-    ["name"],
+    ["name", "controller"],
 )
 
 
@@ -212,16 +213,21 @@ class QueueStats(Protocol):
     """What a work queue tells the gauges below when they are scraped."""
 
     name: str
+    controller: str
 
-    def stats(self) -> tuple[int, float, float] | None:
-        """(ready keys, seconds of work in progress, longest running seconds), or None
-        once the queue is shut down."""
+    def stats(self) -> tuple[dict[int, int], float, float] | None:
+        """(ready keys by priority, seconds of work in progress, longest running
+        seconds), or None once the queue is shut down."""
 
 
 class _QueueGauges(Collector):
     """``workqueue_depth``, ``..._unfinished_work_seconds`` and
     ``..._longest_running_processor_seconds``, read from the live queues at scrape time
-    (summed per name; the longest is the maximum), so they are never stale."""
+    (summed per name; the longest is the maximum), so they are never stale. The depth is
+    by priority too: always the two the framework gives (0 and -100), and any other that
+    has keys ready."""
+
+    ALWAYS = (0, -100)  # queueing.NORMAL_PRIORITY, queueing.LOW_PRIORITY (a leaf: no import)
 
     def __init__(self) -> None:
         self._queues: weakref.WeakSet[QueueStats] = weakref.WeakSet()
@@ -232,31 +238,36 @@ class _QueueGauges(Collector):
             self._queues.add(queue)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
+        labels = ["name", "controller"]
         depth = GaugeMetricFamily(
-            "workqueue_depth", "Current depth of workqueue: keys ready to be processed "
-            "(not those waiting out a delay or a backoff).", labels=["name"])
+            "workqueue_depth", "Current depth of workqueue by workqueue and priority: keys "
+            "ready to be processed (not those waiting out a delay or a backoff).",
+            labels=[*labels, "priority"])
         unfinished = GaugeMetricFamily(
             "workqueue_unfinished_work_seconds", "How many seconds of work has been done "
             "that is in progress and hasn't been observed by work_duration. Large values "
-            "indicate stuck threads.", labels=["name"])
+            "indicate stuck threads.", labels=labels)
         longest = GaugeMetricFamily(
             "workqueue_longest_running_processor_seconds", "How many seconds has the "
-            "longest running processor for workqueue been running.", labels=["name"])
-        totals: dict[str, list[float]] = {}
+            "longest running processor for workqueue been running.", labels=labels)
+        totals: dict[tuple[str, str], tuple[dict[int, int], list[float]]] = {}
         with self._lock:
             queues = list(self._queues)
         for queue in queues:
             stats = queue.stats()
             if stats is None:
                 continue
-            total = totals.setdefault(queue.name, [0, 0.0, 0.0])
-            total[0] += stats[0]
-            total[1] += stats[1]
-            total[2] = max(total[2], stats[2])
-        for name, (ready, work, longest_seconds) in sorted(totals.items()):
-            depth.add_metric([name], ready)
-            unfinished.add_metric([name], work)
-            longest.add_metric([name], longest_seconds)
+            ready, times = totals.setdefault((queue.name, queue.controller),
+                                             ({p: 0 for p in self.ALWAYS}, [0.0, 0.0]))
+            for priority, count in stats[0].items():
+                ready[priority] = ready.get(priority, 0) + count
+            times[0] += stats[1]
+            times[1] = max(times[1], stats[2])
+        for (name, controller), (ready, (work, longest_seconds)) in sorted(totals.items()):
+            for priority, count in sorted(ready.items(), reverse=True):
+                depth.add_metric([name, controller, str(priority)], count)
+            unfinished.add_metric([name, controller], work)
+            longest.add_metric([name, controller], longest_seconds)
         yield depth
         yield unfinished
         yield longest

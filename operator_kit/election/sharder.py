@@ -33,7 +33,8 @@ from operator_kit.election.sharding import (
     member_lease,
     plan,
 )
-from operator_kit.runtime.watching import Informer, Informers, WatchEvent
+from operator_kit.runtime.changes import WatchEvent
+from operator_kit.runtime.watching import Informer, Informers
 
 log = logging.getLogger("operator_kit.sharding")
 

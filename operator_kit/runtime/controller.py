@@ -12,8 +12,9 @@ How a change reaches `reconcile`, top to bottom::
         │                     watched: the keys its mapper returns — each source's
         │                     filters (filters.py) decide what passes
         ▼
-    WorkQueue (queueing.py)  de-duplicates keys; one worker per key at a time; delays
-        │  key
+    WorkQueue (queueing.py)  de-duplicates keys; one worker per key at a time; delays;
+        │  key                 higher priority first (`Controller.priority`: what a
+        │                      list brought is low, a live change normal)
         ▼
     ControllerRunner._process  (runner.py) the finalizer state machine, then reconcile with a
                                fresh Context (context.py), then requeue / failure
@@ -36,6 +37,7 @@ does not reconcile in a loop.
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -45,10 +47,14 @@ from operator_kit.api.rbac import Rule
 from operator_kit.api.resources import CustomResource, InvalidResource
 from operator_kit.client.events import RULE as EVENTS_RULE
 from operator_kit.runtime.cache import LabelSelector
+from operator_kit.runtime.changes import WatchEvent
 from operator_kit.runtime.context import Context
 from operator_kit.runtime.filters import Filter, function_name
 from operator_kit.runtime.objects import Objects, decode
+from operator_kit.runtime.queueing import LOW_PRIORITY, NORMAL_PRIORITY
 from operator_kit.runtime.transforms import Transform
+
+log = logging.getLogger("operator_kit.controller")
 
 R = TypeVar("R", bound=CustomResource)
 
@@ -253,6 +259,19 @@ class Controller(Generic[R]):
         raise to retry with backoff."""
         raise NotImplementedError(f"{type(self).__name__} must define reconcile()")
 
+    def priority(self, event: WatchEvent) -> int:
+        """The work queue priority of the reconcile `event` asks for; higher goes first.
+
+        Every source's events come here: the primary kind's, an owned kind's, a watched
+        kind's (``event.object["kind"]`` says which), after their filters. The default,
+        as controller-runtime's priority queue: `LOW_PRIORITY` (-100) for what a list
+        brought (``event.from_list``: the initial list after a start or a failover, a
+        relist), `NORMAL_PRIORITY` (0) for a live change, so a new or changed object is
+        reconciled before the backlog of a restart. Override it to put some objects
+        first, and call ``super().priority(event)`` for the rest. A key waiting in the
+        queue keeps the highest priority it was asked with."""
+        return LOW_PRIORITY if event.from_list else NORMAL_PRIORITY
+
     def cleanup(self, obj: R, ctx: Context) -> None:
         """Undo what reconcile did outside the cluster; runs once the object is being
         deleted, before the finalizer is removed. Raise to keep the finalizer and retry."""
@@ -326,6 +345,22 @@ class Controller(Generic[R]):
         rules.append(EVENTS_RULE)
         rules.extend(self.rules)
         return rules
+
+
+def event_priority(controller: Controller[Any], event: WatchEvent) -> int:
+    """``controller.priority(event)``; if that raises or gives something other than an
+    int, the event still queues its keys, at `NORMAL_PRIORITY` (logged)."""
+    try:
+        priority = controller.priority(event)
+    except Exception:
+        log.exception("%s: priority() failed for a %s event: queued at normal priority",
+                      controller.name, event.type)
+        return NORMAL_PRIORITY
+    if isinstance(priority, int) and not isinstance(priority, bool):
+        return priority
+    log.error("%s: priority() returned %r for a %s event, not an int: queued at normal "
+              "priority", controller.name, priority, event.type)
+    return NORMAL_PRIORITY
 
 
 def checked_result(result: object) -> Action | None:

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from operator_kit.runtime.watching import WatchEvent
+from operator_kit.runtime.changes import WatchEvent
 
 Filter = Callable[[WatchEvent], bool]
 """Takes a watch event; True lets it through to the queue."""

@@ -10,7 +10,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from operator_kit.runtime.watching import WatchEvent
+from operator_kit.runtime.changes import WatchEvent
 
 
 class OwnWrites:

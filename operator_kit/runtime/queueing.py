@@ -15,7 +15,8 @@ queue therefore stores keys, not events, and keeps them in four places:
     Keys that need a reconcile the queue has not yet handed out. Adding a key that is
     already dirty does nothing -- this is the de-duplication.
 ``ready``
-    A FIFO of the dirty keys that no worker holds; ``get()`` takes from its head.
+    The dirty keys that no worker holds, highest priority first and, within a priority,
+    in the order they became ready; ``get()`` takes the first.
 ``processing``
     Keys a worker holds, between ``get()`` and ``done()``.
 ``delayed``
@@ -33,6 +34,16 @@ was added. So a change that arrives mid-reconcile is never lost (the key is reco
 again, after the current reconcile, seeing the newer state) and never runs in parallel
 with the reconcile that is already looking at an older state.
 
+Priorities (controller-runtime's ``priorityqueue``, its default since 0.23): every add
+carries an integer priority, higher first -- `NORMAL_PRIORITY` (0) unless said, and
+`LOW_PRIORITY` (-100) for what the initial list (or a relist) of a cache brings, so that
+after a restart with thousands of objects a new or changed object is reconciled at once
+instead of behind the whole backlog. A key waiting (ready or delayed) keeps the *highest*
+priority it was added with and the *earliest* time; raised, it moves behind the keys
+already ready at its new priority (first in, first out within each priority). A delayed
+key that falls due is placed by the time it became due. `add_failure` retries a key at
+the priority it was handed out with, as controller-runtime requeues a failed request.
+
 Time: delays are measured with the injectable ``clock`` (``time.monotonic`` by default);
 a blocked ``get()`` sleeps on a condition variable for no longer than the time until
 the next delayed key is due, so there are no timer threads and no busy waiting. Tests
@@ -44,15 +55,17 @@ Failures: :meth:`WorkQueue.add_failure` counts consecutive failures per key and 
 the key by ``failure_backoff.delay(failures)`` -- 5 s, 10 s, 20 s ... up to 5 min by
 default; :meth:`WorkQueue.forget` resets the count after a success.
 
-Metrics (client-go's ``workqueue_*`` names, label ``name``): ``adds_total`` counts keys
+Metrics (client-go's ``workqueue_*`` names, labels ``name`` and ``controller`` as
+controller-runtime's, both the controller's name): ``adds_total`` counts keys
 made dirty (a key already waiting is not counted again), ``queue_duration_seconds`` the
 time from a key being due to a worker taking it, ``work_duration_seconds`` from ``get``
-to ``done``; ``depth`` (ready keys only, never those waiting out a delay or backoff),
+to ``done``; ``depth`` (ready keys only, never those waiting out a delay or backoff; by
+``priority``),
 ``unfinished_work_seconds`` and ``longest_running_processor_seconds`` are read from
 `stats` when scraped.
 
-Cost: ``add``, ``get`` and ``done`` are O(1) for ready keys and O(log n) for delayed
-ones, for any number of keys.
+Cost: ``add``, ``get`` and ``done`` are O(log n) (two heaps with lazily dropped stale
+entries, each rebuilt when stale entries outnumber live ones).
 """
 
 from __future__ import annotations
@@ -62,19 +75,26 @@ import itertools
 import random
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from operator_kit import metrics
 
-__all__ = ["Backoff", "Key", "WorkQueue"]
+__all__ = ["LOW_PRIORITY", "NORMAL_PRIORITY", "Backoff", "Key", "WorkQueue"]
 
 Key = tuple[str, str]
 """The key of a Kubernetes object: ``(namespace, name)``, namespace ``""`` if cluster-scoped."""
 
 K = TypeVar("K", bound=Hashable)
+
+NORMAL_PRIORITY = 0
+"""The priority of a live watch event, a requeue, any add that does not say (as
+controller-runtime's default, 0). Higher priorities are handed out first."""
+
+LOW_PRIORITY = -100
+"""The priority of what a cache's list brings -- the initial list, a relist, a handler's
+replay of the cache -- as controller-runtime's ``handler.LowPriority``."""
 
 
 @dataclass(frozen=True)
@@ -120,7 +140,8 @@ class Backoff:
 
 
 class WorkQueue(Generic[K]):
-    """A thread-safe queue of keys: de-duplicated, one worker per key, delays, backoff.
+    """A thread-safe priority queue of keys: de-duplicated, one worker per key, delays,
+    backoff.
 
     A worker's loop::
 
@@ -141,16 +162,23 @@ class WorkQueue(Generic[K]):
         *,
         failure_backoff: Backoff = Backoff(),  # frozen, so safe to share
         clock: Callable[[], float] = time.monotonic,
+        controller: str | None = None,
     ) -> None:
         self.name = name
+        self.controller = name if controller is None else controller
         self.failure_backoff = failure_backoff
         self._clock = clock
         self._lock = threading.Lock()
         self._has_work = threading.Condition(self._lock)  # get() waits here
         self._idle = threading.Condition(self._lock)  # wait_idle() waits here
-        self._ready: deque[K] = deque()
+        # ready: (-priority, sequence, key) entries; an entry is live while
+        # _ready_entry[key] holds its (priority, sequence), else stale and skipped.
+        self._ready: list[tuple[int, int, K]] = []
+        self._ready_entry: dict[K, tuple[int, int]] = {}
         self._dirty: set[K] = set()
+        self._priority: dict[K, int] = {}  # a dirty or delayed key -> its priority
         self._processing: set[K] = set()
+        self._taken: dict[K, int] = {}  # a processing key -> the priority it was taken at
         self._delayed: dict[K, float] = {}
         self._heap: list[tuple[float, int, K]] = []  # (due, tie-breaker, key); may be stale
         self._sequence = itertools.count()
@@ -158,42 +186,46 @@ class WorkQueue(Generic[K]):
         self._shutting_down = False
         self._due_at: dict[K, float] = {}  # dirty key -> when it became due
         self._started_at: dict[K, float] = {}  # processing key -> when get() handed it out
-        self._adds = metrics.WORKQUEUE_ADDS.labels(name)
-        self._queue_duration = metrics.WORKQUEUE_QUEUE_DURATION.labels(name)
-        self._work_duration = metrics.WORKQUEUE_WORK_DURATION.labels(name)
+        self._adds = metrics.WORKQUEUE_ADDS.labels(name, self.controller)
+        self._queue_duration = metrics.WORKQUEUE_QUEUE_DURATION.labels(name, self.controller)
+        self._work_duration = metrics.WORKQUEUE_WORK_DURATION.labels(name, self.controller)
         metrics.WORKQUEUE_GAUGES.track(self)
 
     def __repr__(self) -> str:
         with self._lock:
             return (
-                f"<WorkQueue {self.name!r}: {len(self._ready)} ready, "
+                f"<WorkQueue {self.name!r}: {len(self._ready_entry)} ready, "
                 f"{len(self._delayed)} delayed, {len(self._processing)} processing>"
             )
 
     # -- producers -------------------------------------------------------------------
 
-    def add(self, key: K, delay: float = 0.0) -> None:
-        """Queue ``key``, now or after ``delay`` seconds.
+    def add(self, key: K, delay: float = 0.0, priority: int = NORMAL_PRIORITY) -> None:
+        """Queue ``key``, now or after ``delay`` seconds, at ``priority`` (higher first).
 
         A key already waiting is not queued twice: it keeps the earlier of its pending
-        time and the new one (a dirty key counts as due now). Ignored after shutdown.
+        time and the new one (a dirty key counts as due now) and the higher of the two
+        priorities. Ignored after shutdown.
         """
         with self._lock:
-            self._add(key, delay)
+            self._add(key, delay, priority)
 
-    def add_failure(self, key: K, at_least: float = 0.0) -> float:
+    def add_failure(self, key: K, at_least: float = 0.0, priority: int | None = None) -> float:
         """Record one more consecutive failure of ``key`` and queue it after the backoff.
 
         Returns the backoff delay in seconds (``failure_backoff.delay(failures)``, or
         `at_least` when longer: a failure that a retry soon cannot fix). If the key is
         already due sooner (for example, it changed during the failed reconcile) it
-        keeps the sooner time.
+        keeps the sooner time. The retry has ``priority``, by default the one the key
+        was handed out with (`NORMAL_PRIORITY` for a key no worker holds).
         """
         with self._lock:
             failures = self._failures.get(key, 0) + 1
             self._failures[key] = failures
             delay = max(self.failure_backoff.delay(failures), at_least)
-            self._add(key, delay)
+            if priority is None:
+                priority = self._taken.get(key, NORMAL_PRIORITY)
+            self._add(key, delay, priority)
             return delay
 
     def forget(self, key: K) -> None:
@@ -214,10 +246,17 @@ class WorkQueue(Generic[K]):
                 return None
             return max(0.0, due - self._clock())
 
+    def priority_of(self, key: K) -> int | None:
+        """The priority ``key`` waits at (ready or delayed), or was handed out at while a
+        worker holds it; ``None`` if it is in neither place."""
+        with self._lock:
+            return self._priority.get(key, self._taken.get(key))
+
     # -- consumers -------------------------------------------------------------------
 
     def get(self, timeout: float | None = None) -> K | None:
-        """Take the next due key, blocking until there is one.
+        """Take the next due key -- the highest priority, then the longest ready --,
+        blocking until there is one.
 
         Returns ``None`` after ``timeout`` real seconds (``None``: wait for ever) or once
         the queue is shutting down -- keys still waiting are then not handed out. The
@@ -227,10 +266,11 @@ class WorkQueue(Generic[K]):
         with self._lock:
             while not self._shutting_down:
                 self._promote_due()
-                if self._ready:
-                    key = self._ready.popleft()
+                key = self._pop_ready()
+                if key is not None:
                     self._dirty.discard(key)
                     self._processing.add(key)
+                    self._taken[key] = self._priority.pop(key, NORMAL_PRIORITY)
                     now = self._clock()
                     due = self._due_at.pop(key, now)
                     self._queue_duration.observe(max(0.0, now - due))
@@ -246,7 +286,8 @@ class WorkQueue(Generic[K]):
             return None
 
     def done(self, key: K) -> None:
-        """Release ``key`` after processing; it is queued again if it was added meanwhile.
+        """Release ``key`` after processing; it is queued again if it was added meanwhile
+        (at the priority of those adds).
 
         A ``done`` for a key that is not being processed does nothing.
         """
@@ -254,12 +295,12 @@ class WorkQueue(Generic[K]):
             if key not in self._processing:
                 return
             self._processing.remove(key)
+            self._taken.pop(key, None)
             started = self._started_at.pop(key, None)
             if started is not None:
                 self._work_duration.observe(max(0.0, self._clock() - started))
             if key in self._dirty:
-                self._ready.append(key)
-                self._has_work.notify()
+                self._push_ready(key)
             if not self._processing:
                 self._idle.notify_all()
 
@@ -289,17 +330,23 @@ class WorkQueue(Generic[K]):
         with self._lock:
             return len(self._dirty) + len(self._delayed)
 
-    def stats(self) -> tuple[int, float, float] | None:
-        """For the ``workqueue_*`` gauges: (keys ready now -- due, not held by a worker --,
-        seconds of work in progress summed, the longest one's seconds); None after
-        shutdown."""
+    def stats(self) -> tuple[dict[int, int], float, float] | None:
+        """For the ``workqueue_*`` gauges: (keys ready now -- due, not held by a worker --
+        by priority, seconds of work in progress summed, the longest one's seconds);
+        None after shutdown."""
         with self._lock:
             if self._shutting_down:
                 return None
             now = self._clock()
-            due = sum(1 for at in self._delayed.values() if at <= now)
+            ready: dict[int, int] = {}
+            for priority, _ in self._ready_entry.values():
+                ready[priority] = ready.get(priority, 0) + 1
+            for key, at in self._delayed.items():
+                if at <= now:
+                    priority = self._priority.get(key, NORMAL_PRIORITY)
+                    ready[priority] = ready.get(priority, 0) + 1
             running = [now - at for at in self._started_at.values()]
-            return len(self._ready) + due, sum(running), max(running, default=0.0)
+            return ready, sum(running), max(running, default=0.0)
 
     def in_flight(self) -> int:
         """The number of keys being processed now."""
@@ -322,17 +369,20 @@ class WorkQueue(Generic[K]):
 
     # -- internals; the caller holds self._lock ----------------------------------------
 
-    def _add(self, key: K, delay: float) -> None:
+    def _add(self, key: K, delay: float, priority: int) -> None:
         if self._shutting_down:
             return
         if delay <= 0:
-            self._delayed.pop(key, None)  # its heap entry goes stale
-            self._make_dirty(key)
+            if self._delayed.pop(key, None) is not None:  # its heap entry goes stale
+                priority = max(priority, self._priority.pop(key))
+            self._make_dirty(key, priority)
             return
         if key in self._dirty:
+            self._raise(key, priority)
             return  # already due now, which is sooner
         due = self._clock() + delay
         pending = self._delayed.get(key)
+        self._priority[key] = max(priority, self._priority.get(key, priority))
         if pending is not None and pending <= due:
             return
         self._delayed[key] = due
@@ -343,15 +393,42 @@ class WorkQueue(Generic[K]):
             self._has_work.notify_all()
         self._compact_heap()
 
-    def _make_dirty(self, key: K, due: float | None = None) -> None:
+    def _make_dirty(self, key: K, priority: int, due: float | None = None) -> None:
         if key in self._dirty:
+            self._raise(key, priority)
             return
         self._dirty.add(key)
+        self._priority[key] = priority
         self._adds.inc()
         self._due_at[key] = self._clock() if due is None else due
         if key not in self._processing:  # a processing key waits for done()
-            self._ready.append(key)
-            self._has_work.notify()
+            self._push_ready(key)
+
+    def _raise(self, key: K, priority: int) -> None:
+        """A dirty key added again at a higher priority: it moves up, behind the keys
+        already ready at that priority."""
+        if priority <= self._priority[key]:
+            return
+        self._priority[key] = priority
+        if key in self._ready_entry:
+            self._push_ready(key)  # its old entry goes stale
+
+    def _push_ready(self, key: K) -> None:
+        priority, sequence = self._priority[key], next(self._sequence)
+        self._ready_entry[key] = (priority, sequence)
+        heapq.heappush(self._ready, (-priority, sequence, key))
+        self._has_work.notify()
+        if len(self._ready) > 64 and len(self._ready) > 2 * len(self._ready_entry):
+            self._ready = [(-p, s, k) for k, (p, s) in self._ready_entry.items()]
+            heapq.heapify(self._ready)
+
+    def _pop_ready(self) -> K | None:
+        while self._ready:
+            negative, sequence, key = heapq.heappop(self._ready)
+            if self._ready_entry.get(key) == (-negative, sequence):
+                del self._ready_entry[key]
+                return key
+        return None
 
     def _promote_due(self) -> None:
         """Make every delayed key whose time has come dirty."""
@@ -362,7 +439,7 @@ class WorkQueue(Generic[K]):
             due, _, key = heapq.heappop(self._heap)
             if self._delayed.get(key) == due:
                 del self._delayed[key]
-                self._make_dirty(key, due)
+                self._make_dirty(key, self._priority.pop(key), due)
 
     def _next_due(self) -> float | None:
         """The earliest due time of a delayed key, dropping stale heap entries on the way."""

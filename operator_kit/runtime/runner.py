@@ -32,9 +32,11 @@ from operator_kit.client.transport import (
     throttle_delay,
 )
 from operator_kit.runtime.cache import describe, describe_object
+from operator_kit.runtime.changes import WatchEvent
 from operator_kit.runtime.consistency import CaughtUp
 from operator_kit.runtime.context import AlreadyOwned, Context
 from operator_kit.runtime.controller import Action, Controller, Watch, checked_result
+from operator_kit.runtime.controller import event_priority as priority_of
 from operator_kit.runtime.filters import Filter, deletion_started, spec_changed
 from operator_kit.runtime.filters import function_name as _name
 from operator_kit.runtime.finalizers import (
@@ -46,10 +48,10 @@ from operator_kit.runtime.finalizers import (
 from operator_kit.runtime.mapping import accepted, primary_keys
 from operator_kit.runtime.objects import Objects, decode, resource_of
 from operator_kit.runtime.own_writes import OwnWrites
-from operator_kit.runtime.queueing import Backoff, WorkQueue
+from operator_kit.runtime.queueing import NORMAL_PRIORITY, Backoff, WorkQueue
 from operator_kit.runtime.scope import ShardScope
 from operator_kit.runtime.timeouts import REPLACEMENTS_PER_WORKER, Attempt, Watchdog
-from operator_kit.runtime.watching import Informer, Informers, Key, WatchEvent
+from operator_kit.runtime.watching import Informer, Informers, Key
 
 log = logging.getLogger("operator_kit.controller")
 
@@ -131,7 +133,7 @@ class ControllerRunner:
                                       metrics.CR_RECONCILE_TIME.labels(self.name))
         self._depth = metrics.QUEUE_DEPTH.labels(self.name)
         self._retries = metrics.Both(metrics.RETRIES.labels(self.name),
-                                     metrics.WORKQUEUE_RETRIES.labels(self.name))
+                                     metrics.WORKQUEUE_RETRIES.labels(self.name, self.name))
         self._in_flight = metrics.Both(metrics.IN_FLIGHT.labels(self.name),
                                        metrics.CR_ACTIVE_WORKERS.labels(self.name))
         self._timeouts = metrics.CR_RECONCILE_TIMEOUTS.labels(self.name)
@@ -169,7 +171,8 @@ class ControllerRunner:
                 event.object)) or self._passes(self._primary_filters, event,
                                                    str(self.resource)):
             meta = event.object["metadata"]
-            self.enqueue((meta.get("namespace") or "", meta["name"]))
+            self.enqueue((meta.get("namespace") or "", meta["name"]),
+                         priority=priority_of(self.controller, event))
 
     def _owned_handler(self, filters: tuple[Filter, ...]) -> Callable[[WatchEvent], None]:
         def on_owned(event: WatchEvent) -> None:
@@ -190,7 +193,8 @@ class ControllerRunner:
                 if (ref.get("controller") and ref.get("kind") == self._owner_kind
                         and ref.get("apiVersion", "").rpartition("/")[0] == self._owner_group):
                     namespace = meta.get("namespace") or "" if self._namespaced else ""
-                    self.enqueue((namespace, ref["name"]))
+                    self.enqueue((namespace, ref["name"]),
+                                 priority=priority_of(self.controller, event))
 
     def _watched_handler(self, watch: Watch) -> Callable[[WatchEvent], None]:
         spec = Kind.of(watch.kind)
@@ -227,12 +231,13 @@ class ControllerRunner:
                             "; ".join(mapped.errors), spec, describe_object(obj),
                             accepted(self.controller.resource))
                     reported.set()
+            priority = priority_of(self.controller, event)
             for key in sorted(keys):
-                self.enqueue(key)
+                self.enqueue(key, priority=priority)
         return on_watched
 
-    def enqueue(self, key: Key, delay: float = 0.0) -> None:
-        self.queue.add(key, delay)
+    def enqueue(self, key: Key, delay: float = 0.0, priority: int = NORMAL_PRIORITY) -> None:
+        self.queue.add(key, delay, priority)
         self._depth.set(len(self.queue))
 
     # -- workers -------------------------------------------------------------------------

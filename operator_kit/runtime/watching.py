@@ -40,8 +40,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 import urllib3
@@ -50,6 +49,7 @@ from kubernetes.client.exceptions import ApiException
 from operator_kit import metrics
 from operator_kit.client.transport import Api, Resource, error_message
 from operator_kit.runtime.cache import Key, LabelSelector, Store, key_of
+from operator_kit.runtime.changes import Handler, WatchEvent
 from operator_kit.runtime.queueing import Backoff
 from operator_kit.runtime.streaming import (
     NoInitialEventsEnd,
@@ -69,17 +69,6 @@ __all__ = ["Informer", "Informers", "Key", "WatchEvent", "key_of"]
 
 _METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 _METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
-
-@dataclass(frozen=True)
-class WatchEvent:
-    """A change seen by an informer: ``type`` is ADDED, MODIFIED or DELETED."""
-
-    type: str
-    object: dict[str, Any]
-    old: dict[str, Any] | None = None
-
-
-Handler = Callable[[WatchEvent], None]
 
 STREAMING_ENV = "OPERATOR_KIT_STREAMING_LISTS"
 """A yes or no: whether informers stream their initial lists (unset: yes)."""
@@ -220,7 +209,7 @@ class Informer:
             self._handlers.append(handler)
             existing = self.store.objects()
         for obj in existing:
-            _call(handler, WatchEvent("ADDED", obj), self.description)
+            _call(handler, WatchEvent("ADDED", obj, from_list=True), self.description)
 
     # -- running ---------------------------------------------------------------------------
 
@@ -353,14 +342,14 @@ class Informer:
         with self._lock:
             old = self.store.replace(items)
             self._gauge.set(len(items))
-            events = [WatchEvent("DELETED", obj) for key, obj in old.items()
+            events = [WatchEvent("DELETED", obj, from_list=True) for key, obj in old.items()
                       if key not in items]
             for key, obj in items.items():
                 before = old.get(key)
                 if before is None:
-                    events.append(WatchEvent("ADDED", obj))
+                    events.append(WatchEvent("ADDED", obj, from_list=True))
                 elif _rv(before) != _rv(obj):
-                    events.append(WatchEvent("MODIFIED", obj, before))
+                    events.append(WatchEvent("MODIFIED", obj, before, from_list=True))
             for event in events:
                 self._dispatch(event)
         self._advance(version)

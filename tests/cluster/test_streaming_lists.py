@@ -18,7 +18,8 @@ from prometheus_client import REGISTRY
 
 from operator_kit.client.transport import Api, Resource, api_client
 from operator_kit.localcluster import LocalCluster
-from operator_kit.runtime.watching import Informer, Informers, WatchEvent
+from operator_kit.runtime.changes import WatchEvent
+from operator_kit.runtime.watching import Informer, Informers
 from operator_kit.testing import Namespace, TestCluster, eventually
 from operator_kit.testing.faults import TcpProxy, proxied_client
 

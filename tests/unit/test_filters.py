@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from operator_kit.runtime import filters
-from operator_kit.runtime.watching import WatchEvent
+from operator_kit.runtime.changes import WatchEvent
 
 
 def meta(generation: int | None = 1, **fields: Any) -> dict[str, Any]:

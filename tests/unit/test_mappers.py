@@ -16,11 +16,12 @@ from prometheus_client import REGISTRY
 from operator_kit.api.resources import CustomResource
 from operator_kit.client.events import EventRecorder
 from operator_kit.client.transport import Api
+from operator_kit.runtime.changes import WatchEvent
 from operator_kit.runtime.controller import Controller, Watch
 from operator_kit.runtime.mapping import Mapped, accepted, primary_keys
 from operator_kit.runtime.objects import Objects
 from operator_kit.runtime.runner import ControllerRunner
-from operator_kit.runtime.watching import Informers, Key, WatchEvent
+from operator_kit.runtime.watching import Informers, Key
 
 
 @dataclass

@@ -19,7 +19,7 @@ import pytest
 from prometheus_client import REGISTRY, generate_latest
 
 from operator_kit import metrics
-from operator_kit.runtime.queueing import WorkQueue
+from operator_kit.runtime.queueing import LOW_PRIORITY, WorkQueue
 from operator_kit.webhooks.server import Denied, Webhooks
 from tests.unit.test_webhooks import Widget, admission, widget
 
@@ -29,12 +29,12 @@ DASHBOARD: dict[str, tuple[str, ...]] = {
     "controller_runtime_reconcile_total": ("controller", "result"),
     "controller_runtime_reconcile_errors_total": ("controller",),
     "controller_runtime_active_workers": ("controller",),
-    "workqueue_depth": ("name",),
-    "workqueue_adds_total": ("name",),
-    "workqueue_queue_duration_seconds_bucket": ("name", "le"),
-    "workqueue_work_duration_seconds_bucket": ("name", "le"),
-    "workqueue_retries_total": ("name",),
-    "workqueue_unfinished_work_seconds": ("name",),
+    "workqueue_depth": ("name", "controller", "priority"),
+    "workqueue_adds_total": ("name", "controller"),
+    "workqueue_queue_duration_seconds_bucket": ("name", "controller", "le"),
+    "workqueue_work_duration_seconds_bucket": ("name", "controller", "le"),
+    "workqueue_retries_total": ("name", "controller"),
+    "workqueue_unfinished_work_seconds": ("name", "controller"),
     "process_cpu_seconds_total": (),
     "process_resident_memory_bytes": (),
 }
@@ -45,7 +45,7 @@ CONTROLLER_RUNTIME: dict[str, tuple[str, ...]] = {
     "controller_runtime_reconcile_timeouts_total": ("controller",),
     "controller_runtime_reconcile_time_seconds_bucket": ("controller", "le"),
     "controller_runtime_max_concurrent_reconciles": ("controller",),
-    "workqueue_longest_running_processor_seconds": ("name",),
+    "workqueue_longest_running_processor_seconds": ("name", "controller"),
     "leader_election_master_status": ("name",),
     "controller_runtime_webhook_requests_total": ("webhook", "code"),
     "controller_runtime_webhook_latency_seconds_bucket": ("webhook", "le"),
@@ -77,6 +77,11 @@ def sample(metric: str, /, **labels: str) -> float:
     return REGISTRY.get_sample_value(metric, labels) or 0.0
 
 
+def queue_sample(metric: str, name: str, **labels: str) -> float:
+    """A ``workqueue_*`` sample of the queue `name` (its controller label is its name)."""
+    return sample(metric, name=name, controller=name, **labels)
+
+
 @pytest.mark.parametrize("name", sorted({**DASHBOARD, **CONTROLLER_RUNTIME}))
 def test_each_controller_runtime_name_is_exported_with_its_labels(name: str) -> None:
     expected = {**DASHBOARD, **CONTROLLER_RUNTIME}[name]
@@ -88,8 +93,8 @@ def test_each_controller_runtime_name_is_exported_with_its_labels(name: str) -> 
         queue: WorkQueue[str] = WorkQueue(f"labels-{name}")
         families = {m.name: m for m in metrics.WORKQUEUE_GAUGES.collect()}
         family = families[name]
-        assert [tuple(s.labels) for s in family.samples if s.labels["name"] == queue.name] == [
-            ("name",)]
+        assert {tuple(s.labels) for s in family.samples if s.labels["name"] == queue.name} == {
+            expected}
         return
     assert declared_labels(name) == expected, name
 
@@ -117,15 +122,39 @@ def test_workqueue_depth_counts_ready_keys_not_those_in_backoff_or_being_worked(
     queue.add("ready")
     queue.add("later", delay=30)
     queue.add_failure("failed")  # 5 s of backoff
-    assert queue.stats() == (1, 0.0, 0.0)
-    assert sample("workqueue_depth", name="depth-test") == 1
+    assert queue.stats() == ({0: 1}, 0.0, 0.0)
+    assert queue_sample("workqueue_depth", "depth-test", priority="0") == 1
     assert queue.get(timeout=0) == "ready"
-    assert sample("workqueue_depth", name="depth-test") == 0  # being worked on
+    assert queue_sample("workqueue_depth", "depth-test", priority="0") == 0  # being worked on
     clock.now += 5
-    assert sample("workqueue_depth", name="depth-test") == 1  # the backoff is over
+    assert queue_sample("workqueue_depth", "depth-test", priority="0") == 1  # backoff is over
     queue.shut_down()
     assert "depth-test" not in {s.labels["name"] for m in metrics.WORKQUEUE_GAUGES.collect()
                                 for s in m.samples}
+
+
+def test_workqueue_depth_is_by_priority_and_always_shows_normal_and_low() -> None:
+    queue: WorkQueue[str] = WorkQueue("priority-depth-test")
+    assert queue_sample("workqueue_depth", queue.name, priority="0") == 0
+    assert queue_sample("workqueue_depth", queue.name, priority="-100") == 0
+    for key in ("a", "b", "c"):
+        queue.add(key, priority=LOW_PRIORITY)
+    queue.add("d")
+    queue.add("e", priority=7)
+    assert queue_sample("workqueue_depth", queue.name, priority="-100") == 3
+    assert queue_sample("workqueue_depth", queue.name, priority="0") == 1
+    assert queue_sample("workqueue_depth", queue.name, priority="7") == 1
+    queue.add("a")  # raised: it moves from the low count to the normal one
+    assert queue_sample("workqueue_depth", queue.name, priority="-100") == 2
+    assert queue_sample("workqueue_depth", queue.name, priority="0") == 2
+
+
+def test_workqueue_metrics_carry_the_controller_label() -> None:
+    queue: WorkQueue[str] = WorkQueue("queue-name", controller="its-controller")
+    queue.add("a")
+    assert sample("workqueue_adds_total", name="queue-name", controller="its-controller") == 1
+    assert sample("workqueue_depth", name="queue-name", controller="its-controller",
+                  priority="0") == 1
 
 
 def test_workqueue_times_the_wait_from_due_to_taken_and_the_work_from_taken_to_done() -> None:
@@ -135,23 +164,23 @@ def test_workqueue_times_the_wait_from_due_to_taken_and_the_work_from_taken_to_d
     clock.now += 12  # due 2 s ago
     assert queue.get(timeout=0) == "a"
     clock.now += 3
-    assert queue.stats() == (0, 3.0, 3.0)
-    assert sample("workqueue_unfinished_work_seconds", name="timing-test") == 3.0
-    assert sample("workqueue_longest_running_processor_seconds", name="timing-test") == 3.0
+    assert queue.stats() == ({}, 3.0, 3.0)
+    assert queue_sample("workqueue_unfinished_work_seconds", "timing-test") == 3.0
+    assert queue_sample("workqueue_longest_running_processor_seconds", "timing-test") == 3.0
     queue.done("a")
-    assert sample("workqueue_queue_duration_seconds_sum", name="timing-test") == 2.0
-    assert sample("workqueue_work_duration_seconds_sum", name="timing-test") == 3.0
-    assert sample("workqueue_queue_duration_seconds_count", name="timing-test") == 1
+    assert queue_sample("workqueue_queue_duration_seconds_sum", "timing-test") == 2.0
+    assert queue_sample("workqueue_work_duration_seconds_sum", "timing-test") == 3.0
+    assert queue_sample("workqueue_queue_duration_seconds_count", "timing-test") == 1
 
 
 def test_workqueue_adds_count_a_key_once_until_it_is_taken() -> None:
     queue: WorkQueue[str] = WorkQueue("adds-test")
     for _ in range(3):
         queue.add("a")
-    assert sample("workqueue_adds_total", name="adds-test") == 1
+    assert queue_sample("workqueue_adds_total", "adds-test") == 1
     assert queue.get(timeout=0) == "a"
     queue.add("a")  # changed while being worked on: it will be worked on again
-    assert sample("workqueue_adds_total", name="adds-test") == 2
+    assert queue_sample("workqueue_adds_total", "adds-test") == 2
 
 
 def test_both_updates_an_operator_kit_metric_and_its_twin_together() -> None:

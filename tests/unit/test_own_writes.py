@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from operator_kit.runtime.changes import WatchEvent
 from operator_kit.runtime.own_writes import LastApplies, OwnWrites
-from operator_kit.runtime.watching import WatchEvent
 
 
 def config_map(name: str, version: str, namespace: str = "ns") -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""The work queue: de-duplication, one worker per key, delays, failure backoff, shutdown."""
+"""The work queue: de-duplication, one worker per key, delays, failure backoff, shutdown,
+priorities."""
 
 from __future__ import annotations
 
@@ -9,7 +10,13 @@ from collections import defaultdict
 
 import pytest
 
-from operator_kit.runtime.queueing import Backoff, Key, WorkQueue
+from operator_kit.runtime.queueing import (
+    LOW_PRIORITY,
+    NORMAL_PRIORITY,
+    Backoff,
+    Key,
+    WorkQueue,
+)
 
 
 class FakeClock:
@@ -569,3 +576,226 @@ def test_backoff_rejects_invalid_settings(settings: dict[str, float]) -> None:
 def test_backoff_attempts_count_from_one() -> None:
     with pytest.raises(ValueError, match="from 1"):
         Backoff().delay(0)
+
+
+# -- 6. priorities ----------------------------------------------------------------------
+
+D: Key = ("default", "d")
+
+
+def backlog(n: int) -> list[Key]:
+    return [("listed", f"obj-{i}") for i in range(n)]
+
+
+def test_a_normal_key_is_handed_out_before_a_low_priority_backlog(
+    queue: WorkQueue[Key],
+) -> None:
+    for key in backlog(1000):
+        queue.add(key, priority=LOW_PRIORITY)
+
+    queue.add(A)  # a live watch event, after the whole initial list
+
+    assert queue.get(timeout=0) == A
+
+
+def test_keys_of_one_priority_are_first_in_first_out(queue: WorkQueue[Key]) -> None:
+    listed = backlog(50)
+    for key in listed:
+        queue.add(key, priority=LOW_PRIORITY)
+    for key in (C, A, B):
+        queue.add(key)
+
+    assert drain(queue) == [C, A, B, *listed]
+
+
+def test_higher_priorities_come_first_whatever_the_numbers(queue: WorkQueue[Key]) -> None:
+    queue.add(A, priority=-5)
+    queue.add(B, priority=10)
+    queue.add(C, priority=LOW_PRIORITY)
+    queue.add(D)
+
+    assert drain(queue) == [B, D, A, C]
+
+
+def test_a_low_key_added_again_at_normal_priority_moves_up_behind_the_normal_ones(
+    queue: WorkQueue[Key],
+) -> None:
+    for key in (A, B, C):
+        queue.add(key, priority=LOW_PRIORITY)
+    queue.add(D)
+
+    queue.add(C)  # changed while waiting from the initial list
+
+    assert len(queue) == 4
+    assert queue.priority_of(C) == NORMAL_PRIORITY
+    assert drain(queue) == [D, C, A, B]
+
+
+def test_a_lower_priority_add_never_lowers_a_waiting_key(queue: WorkQueue[Key]) -> None:
+    queue.add(A)
+    queue.add(B)
+    queue.add(A, priority=LOW_PRIORITY)
+
+    assert queue.priority_of(A) == NORMAL_PRIORITY
+    assert drain(queue) == [A, B]
+
+
+def test_a_raised_key_is_not_returned_twice(queue: WorkQueue[Key]) -> None:
+    queue.add(A, priority=LOW_PRIORITY)
+    queue.add(A)
+    queue.add(A, priority=50)
+
+    assert drain(queue) == [A]
+    assert drain(queue) == []
+
+
+def test_a_delayed_key_keeps_its_highest_priority_and_its_earliest_time(
+    queue: WorkQueue[Key], clock: FakeClock
+) -> None:
+    queue.add(A, delay=10, priority=LOW_PRIORITY)
+    queue.add(A, delay=30)  # later, but at a higher priority
+
+    assert queue.scheduled_in(A) == 10
+    assert queue.priority_of(A) == NORMAL_PRIORITY
+    for key in backlog(5):
+        queue.add(key, priority=LOW_PRIORITY)
+    clock.advance(10)
+
+    assert queue.get(timeout=0) == A
+
+
+def test_a_delayed_normal_key_made_due_now_by_a_low_add_stays_normal(
+    queue: WorkQueue[Key],
+) -> None:
+    queue.add(B, priority=LOW_PRIORITY)
+    queue.add(A, delay=30)  # a requeue the reconcile asked for
+
+    queue.add(A, priority=LOW_PRIORITY)  # the relist saw it
+
+    assert queue.scheduled_in(A) is None
+    assert drain(queue) == [A, B]
+
+
+def test_delayed_keys_fall_due_into_their_priority_by_due_time(
+    queue: WorkQueue[Key], clock: FakeClock
+) -> None:
+    queue.add(A, delay=2, priority=LOW_PRIORITY)
+    queue.add(B, delay=1, priority=LOW_PRIORITY)
+    queue.add(C, delay=3)
+    queue.add(D, priority=LOW_PRIORITY)  # ready at once, before them all
+
+    clock.advance(3)
+
+    assert drain(queue) == [C, D, B, A]
+
+
+def test_a_key_added_while_processing_comes_back_at_the_priority_of_that_add(
+    queue: WorkQueue[Key],
+) -> None:
+    queue.add(A, priority=LOW_PRIORITY)
+    assert queue.get(timeout=0) == A
+    for key in backlog(3):
+        queue.add(key, priority=LOW_PRIORITY)
+    queue.add(A)  # changed during its reconcile: a live event
+
+    assert queue.get(timeout=0) == ("listed", "obj-0")  # A is held: never two workers
+    queue.done(A)
+
+    assert queue.get(timeout=0) == A
+
+
+def test_a_failure_retries_at_the_priority_the_key_was_taken_at(
+    queue: WorkQueue[Key], clock: FakeClock
+) -> None:
+    queue.add(A, priority=LOW_PRIORITY)
+    queue.add(B)
+    assert queue.get(timeout=0) == B
+    assert queue.get(timeout=0) == A
+    assert queue.priority_of(A) == LOW_PRIORITY
+    queue.add_failure(A)
+    queue.add_failure(B)
+    queue.done(A)
+    queue.done(B)
+
+    assert queue.priority_of(A) == LOW_PRIORITY
+    assert queue.priority_of(B) == NORMAL_PRIORITY
+    queue.add(C, priority=LOW_PRIORITY)
+    clock.advance(5)
+    assert drain(queue) == [B, C, A]
+
+
+def test_a_failure_of_a_key_no_worker_holds_retries_at_the_priority_asked(
+    queue: WorkQueue[Key],
+) -> None:
+    queue.add_failure(A)
+    queue.add_failure(B, priority=LOW_PRIORITY)
+
+    assert queue.priority_of(A) == NORMAL_PRIORITY
+    assert queue.priority_of(B) == LOW_PRIORITY
+
+
+def test_priority_of_a_key_nowhere_is_none(queue: WorkQueue[Key]) -> None:
+    queue.add(A)
+    drain(queue)
+
+    assert queue.priority_of(A) is None
+
+
+def test_raising_many_keys_keeps_the_ready_heap_bounded(queue: WorkQueue[Key]) -> None:
+    keys = backlog(500)
+    for key in keys:
+        queue.add(key, priority=LOW_PRIORITY)
+    for priority in range(1, 6):
+        for key in keys:
+            queue.add(key, priority=priority)
+
+    assert len(queue._ready) <= 2 * len(keys) + 1
+    assert drain(queue) == keys
+
+
+def test_stats_count_ready_keys_by_priority(queue: WorkQueue[Key], clock: FakeClock) -> None:
+    queue.add(A, priority=LOW_PRIORITY)
+    queue.add(B, priority=LOW_PRIORITY)
+    queue.add(C)
+    queue.add(D, delay=1, priority=3)
+    clock.advance(1)  # due, not yet promoted by a get
+
+    assert queue.stats() == ({LOW_PRIORITY: 2, NORMAL_PRIORITY: 1, 3: 1}, 0.0, 0.0)
+
+
+def test_many_workers_never_hold_one_key_at_once_under_mixed_priorities() -> None:
+    queue: WorkQueue[Key] = WorkQueue("mixed")
+    keys = backlog(40)
+    holders: dict[Key, int] = defaultdict(int)
+    overlaps: list[Key] = []
+    processed: list[Key] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def work() -> None:
+        while (key := queue.get(timeout=0.5)) is not None:
+            with lock:
+                holders[key] += 1
+                if holders[key] > 1:
+                    overlaps.append(key)
+            time.sleep(0.0005)
+            with lock:
+                holders[key] -= 1
+                processed.append(key)
+            queue.done(key)
+            if stop.is_set() and len(queue) == 0:
+                return
+
+    workers = [threading.Thread(target=work, name=f"test-worker-{i}") for i in range(4)]
+    for worker in workers:
+        worker.start()
+    rng = random.Random(7)
+    for _ in range(2000):
+        queue.add(rng.choice(keys), priority=rng.choice((LOW_PRIORITY, NORMAL_PRIORITY, 5)))
+    stop.set()
+    for worker in workers:
+        worker.join(10)
+
+    assert overlaps == []
+    assert set(processed) <= set(keys)
+    assert len(queue) == 0

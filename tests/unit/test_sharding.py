@@ -26,7 +26,8 @@ from operator_kit.election.sharding import (
     ring_key,
 )
 from operator_kit.manifests import operator_manifests
-from operator_kit.runtime.watching import Informers, WatchEvent
+from operator_kit.runtime.changes import WatchEvent
+from operator_kit.runtime.watching import Informers
 
 KEYS = [ring_key("ns", f"obj-{i}") for i in range(10_000)]
 W = "widgets.ctl.operator-kit.test"

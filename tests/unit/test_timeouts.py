@@ -135,11 +135,15 @@ def test_the_default_is_no_timeout() -> None:
 
 
 class Answering(Recording):
-    """Records each request and answers with the object, as the API server would."""
+    """Records each request and answers with the object written (an Event's body for an
+    Event, the Widget otherwise), with a resourceVersion, as the API server would."""
 
     def request(self, method: str, path: str, **options: Any) -> Any:
         super().request(method, path, **options)
-        return widget()
+        body = options.get("body")
+        answer = dict(body) if "/events" in path and isinstance(body, dict) else widget()
+        answer["metadata"] = {**(answer.get("metadata") or {}), "resourceVersion": "7"}
+        return answer
 
 
 def test_a_timed_out_reconciles_context_refuses_writes_and_events_but_still_reads(
