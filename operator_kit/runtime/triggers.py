@@ -1,0 +1,191 @@
+"""Why a reconcile ran: the triggers that queued its key.
+
+Every add to a controller's work queue carries a `Trigger`: where it came from (its
+``source``, one of `SOURCES`), the object that caused it (kind, namespace, name), the
+watch event's type, for an update the top-level fields that changed (`changed_fields`),
+and for a watched kind the mapper that named the primary. The queue de-duplicates keys
+(ten changes before a worker gets to a key are one reconcile), so it coalesces their
+triggers too: the reconcile gets one `Triggers` -- the first `MAX_KEPT` triggers in the
+order they came, the number of all of them, and that number by source.
+
+The worker writes them on the reconcile's outcome line (``reconciled ...`` at DEBUG,
+``reconcile of ... failed`` at ERROR: in the message, and in JSON as ``triggers`` and
+``triggerCount``), counts them in
+``operator_kit_controller_reconcile_triggers_total{controller,trigger}`` (`TriggerCounter`),
+and hands them to the reconcile as ``ctx.triggers``.
+
+Sources:
+
+``primary``  a watch event of the controller's own kind (after its filters);
+``owned``    a watch event of an object it owns (a controller ownerReference to it);
+``watched``  a watch event of a watched kind, mapped to the key by ``via`` (the mapper);
+``requeue``  the reconcile returned ``Action.requeue(seconds)``;
+``retry``    the reconcile failed (or conflicted, or was throttled, or timed out);
+``resync``   a list brought the object -- the initial list at start, a relist after 410
+             Gone, a handler's replay of the cache -- rather than a live change.
+
+Cost (the watch thread's hot path): a trigger is a small frozen object; `changed_fields`
+compares the top-level values of the old and new object by identity, then equality (a
+C-level dict comparison), and ``metadata``'s keys the same way -- no copies. It runs for
+events that passed the filters only. A waiting key holds at most `MAX_KEPT` triggers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from operator_kit import metrics
+from operator_kit.runtime.changes import WatchEvent
+
+__all__ = ["MAX_KEPT", "SOURCES", "Trigger", "TriggerCounter", "Triggers", "changed_fields"]
+
+SOURCES = ("primary", "owned", "watched", "requeue", "retry", "resync")
+"""The values of a trigger's ``source`` (the ``trigger`` label of the metric)."""
+
+MAX_KEPT = 5
+"""How many triggers a coalesced reconcile keeps, the first ones; the rest are counted."""
+
+# Metadata that changes with every write, or with spec: not a reason of its own.
+_NOISE = frozenset({"resourceVersion", "generation", "managedFields"})
+_MISSING = object()
+
+
+def _differs(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """The keys whose values differ between `old` and `new`, in `new`'s order, then the
+    keys only `old` has."""
+    keys = [key for key, value in new.items()
+            if (other := old.get(key, _MISSING)) is not value and other != value]
+    return keys + [key for key in old if key not in new]
+
+
+def changed_fields(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> tuple[str, ...]:
+    """The top-level fields that differ from `old` to `new` (``spec``, ``status``...),
+    with ``metadata`` broken down one level (``metadata.labels``); ``resourceVersion``,
+    ``generation`` and ``managedFields`` are left out. ``()`` without an `old`.
+
+    >>> changed_fields({"spec": {"a": 1}, "metadata": {"labels": {}}},
+    ...                {"spec": {"a": 2}, "metadata": {"labels": {"x": "y"}}})
+    ('metadata.labels', 'spec')
+    """
+    if old is None:
+        return ()
+    changed: list[str] = []
+    for key in _differs(old, new):
+        before, after = old.get(key), new.get(key)
+        if key == "metadata" and isinstance(before, Mapping) and isinstance(after, Mapping):
+            changed += [f"metadata.{k}" for k in _differs(before, after) if k not in _NOISE]
+        else:
+            changed.append(key)
+    return tuple(sorted(changed))
+
+
+@dataclass(frozen=True, slots=True)
+class Trigger:
+    """One reason a key was queued: its ``source`` (see `SOURCES`), the object that
+    caused it, the event type (ADDED, MODIFIED, DELETED; empty for requeue and retry),
+    the fields an update changed, and ``via``, a watched kind's mapper."""
+
+    source: str
+    kind: str = ""
+    namespace: str = ""
+    name: str = ""
+    event: str = ""
+    changed: tuple[str, ...] = ()
+    via: str = ""
+
+    @classmethod
+    def of_event(cls, source: str, event: WatchEvent, kind: str = "",
+                 via: str = "") -> Trigger:
+        """The trigger of a watch event seen as `source` (``resync`` instead when a list
+        brought it); `kind` when the object does not say its own."""
+        obj = event.object
+        meta = obj.get("metadata") or {}
+        return cls("resync" if event.from_list else source, obj.get("kind") or kind,
+                   meta.get("namespace") or "", meta.get("name") or "", event.type,
+                   changed_fields(event.old, obj) if event.old is not None else (), via)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Its fields that are set, for a JSON log line."""
+        fields = {"source": self.source, "kind": self.kind, "namespace": self.namespace,
+                  "name": self.name, "event": self.event, "changed": list(self.changed),
+                  "via": self.via}
+        return {key: value for key, value in fields.items() if value}
+
+    def __str__(self) -> str:
+        """``owned ConfigMap ns/child MODIFIED [metadata.labels]``, ``requeue``."""
+        where = f"{self.namespace}/{self.name}" if self.namespace else self.name
+        parts = [self.source, self.kind, where, self.event,
+                 f"[{','.join(self.changed)}]" if self.changed else "",
+                 f"via {self.via}" if self.via else ""]
+        return " ".join(part for part in parts if part)
+
+
+class Triggers:
+    """The triggers of one reconcile, coalesced: the first `MAX_KEPT` (iterate, or
+    `kept`), how many there were in all (`total`) and by source (`counts`).
+
+    ``ctx.triggers`` in a reconcile; empty (``total == 0``) outside the controller's
+    workers, as in ``reconcile_once``. Read it, do not change it.
+    """
+
+    __slots__ = ("counts", "kept", "total")
+
+    def __init__(self) -> None:
+        self.kept: list[Trigger] = []
+        self.total = 0
+        self.counts: dict[str, int] = {}
+
+    def add(self, trigger: Trigger | Triggers) -> None:
+        """Record one more trigger (or all of another `Triggers`, carried over)."""
+        if isinstance(trigger, Triggers):
+            room = MAX_KEPT - len(self.kept)
+            self.kept += trigger.kept[:max(room, 0)]
+            self.total += trigger.total
+            for source, count in trigger.counts.items():
+                self.counts[source] = self.counts.get(source, 0) + count
+            return
+        if len(self.kept) < MAX_KEPT:
+            self.kept.append(trigger)
+        self.total += 1
+        self.counts[trigger.source] = self.counts.get(trigger.source, 0) + 1
+
+    def __iter__(self) -> Iterator[Trigger]:
+        return iter(self.kept)
+
+    def __len__(self) -> int:
+        return self.total
+
+    def sources(self) -> list[str]:
+        """The sources seen, in the order of `SOURCES`."""
+        return [source for source in SOURCES if source in self.counts]
+
+    def as_list(self) -> list[dict[str, Any]]:
+        """The kept triggers as dicts (`Trigger.as_dict`), for a JSON log line."""
+        return [trigger.as_dict() for trigger in self.kept]
+
+    def __str__(self) -> str:
+        """``primary Backup ns/a MODIFIED [spec]; requeue; and 3 more``; ``none recorded``."""
+        if not self.total:
+            return "none recorded"
+        text = "; ".join(str(trigger) for trigger in self.kept)
+        more = self.total - len(self.kept)
+        return f"{text}; and {more} more" if more else text
+
+    def __repr__(self) -> str:
+        return f"<Triggers {self.total}: {self}>"
+
+
+class TriggerCounter:
+    """``operator_kit_controller_reconcile_triggers_total{controller,trigger}`` for one
+    controller: every source's series exists (at 0) from the start."""
+
+    def __init__(self, controller: str) -> None:
+        self._children = {source: metrics.RECONCILE_TRIGGERS.labels(controller, source)
+                          for source in SOURCES}
+
+    def count(self, triggers: Triggers) -> None:
+        """Count the triggers of a reconcile that is about to run, by source."""
+        for source, count in triggers.counts.items():
+            self._children[source].inc(count)
