@@ -446,10 +446,12 @@ class ControllerRunner:
             metrics.CR_RECONCILES.labels(self.name, result).inc()
             self._duration.observe(time.monotonic() - started)
         after = action.requeue_after if action is not None else None
-        triggers = self.queue.triggers(key)
-        log.debug("%s: reconciled %s in %.3fs: %s; triggered by %s", self.name, describe(key),
-                  time.monotonic() - started, result if after is None else f"{result} {after:g}s",
-                  triggers, extra=_why(triggers))
+        if log.isEnabledFor(logging.DEBUG):  # only then are the changed fields compared
+            triggers = self.queue.triggers(key)
+            log.debug("%s: reconciled %s in %.3fs: %s; triggered by %s", self.name,
+                      describe(key), time.monotonic() - started,
+                      result if after is None else f"{result} {after:g}s", triggers,
+                      extra=_why(triggers))
         self.queue.forget(key)
         if after is not None:
             self.enqueue(key, after, trigger=_REQUEUE)

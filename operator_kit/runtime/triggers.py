@@ -24,16 +24,18 @@ Sources:
 ``resync``   a list brought the object -- the initial list at start, a relist after 410
              Gone, a handler's replay of the cache -- rather than a live change.
 
-Cost (the watch thread's hot path): a trigger is a small frozen object; `changed_fields`
-compares the top-level values of the old and new object by identity, then equality (a
-C-level dict comparison), and ``metadata``'s keys the same way -- no copies. It runs for
-events that passed the filters only. A waiting key holds at most `MAX_KEPT` triggers.
+Cost: on the watch thread (the hot path) a trigger is one small object holding
+references to the event's old and new object -- no copies, no comparison. The changed
+fields are computed when first read (the worker's log line, ``ctx.triggers``), so only
+for the triggers a reconcile keeps: `changed_fields` compares the top-level values by
+identity, then equality (a C-level dict comparison), and ``metadata``'s keys the same
+way. A waiting key holds at most `MAX_KEPT` triggers (and so old objects); a list's
+events (``resync``) hold none. ``bench/triggers_bench.py`` measures it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from operator_kit import metrics
@@ -55,9 +57,14 @@ _MISSING = object()
 def _differs(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     """The keys whose values differ between `old` and `new`, in `new`'s order, then the
     keys only `old` has."""
-    keys = [key for key, value in new.items()
-            if (other := old.get(key, _MISSING)) is not value and other != value]
-    return keys + [key for key in old if key not in new]
+    missing, keys = _MISSING, []
+    for key, value in new.items():
+        other = old.get(key, missing)
+        if other is not value and other != value:
+            keys.append(key)
+    if len(old) + len(keys) > len(new):  # else every key of old is in new
+        keys += [key for key in old if key not in new]
+    return keys
 
 
 def changed_fields(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> tuple[str, ...]:
@@ -74,37 +81,66 @@ def changed_fields(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> tup
     changed: list[str] = []
     for key in _differs(old, new):
         before, after = old.get(key), new.get(key)
-        if key == "metadata" and isinstance(before, Mapping) and isinstance(after, Mapping):
+        if key == "metadata" and isinstance(before, dict) and isinstance(after, dict):
             changed += [f"metadata.{k}" for k in _differs(before, after) if k not in _NOISE]
         else:
             changed.append(key)
     return tuple(sorted(changed))
 
 
-@dataclass(frozen=True, slots=True)
 class Trigger:
     """One reason a key was queued: its ``source`` (see `SOURCES`), the object that
-    caused it, the event type (ADDED, MODIFIED, DELETED; empty for requeue and retry),
-    the fields an update changed, and ``via``, a watched kind's mapper."""
+    caused it (``kind``, ``namespace``, ``name``), the ``event`` type (ADDED, MODIFIED,
+    DELETED; empty for requeue and retry), the fields an update ``changed``, and
+    ``via``, a watched kind's mapper. Read-only; equal when all of these are."""
 
-    source: str
-    kind: str = ""
-    namespace: str = ""
-    name: str = ""
-    event: str = ""
-    changed: tuple[str, ...] = ()
-    via: str = ""
+    __slots__ = ("_changed", "_pair", "event", "kind", "name", "namespace", "source", "via")
+
+    def __init__(self, source: str, kind: str = "", namespace: str = "", name: str = "",
+                 event: str = "", changed: tuple[str, ...] = (), via: str = "") -> None:
+        self.source, self.kind, self.namespace, self.name = source, kind, namespace, name
+        self.event, self.via = event, via
+        self._changed = changed
+        # (old, new) of an update until `changed` is first read: the comparison runs on
+        # the worker, for the triggers a reconcile keeps, not on the watch thread.
+        self._pair: tuple[Mapping[str, Any], Mapping[str, Any]] | None = None
 
     @classmethod
     def of_event(cls, source: str, event: WatchEvent, kind: str = "",
                  via: str = "") -> Trigger:
         """The trigger of a watch event seen as `source` (``resync`` instead when a list
-        brought it); `kind` when the object does not say its own."""
+        brought it: then without its changed fields, so that a relist's backlog holds
+        no old objects); `kind` when the object does not say its own."""
         obj = event.object
         meta = obj.get("metadata") or {}
-        return cls("resync" if event.from_list else source, obj.get("kind") or kind,
-                   meta.get("namespace") or "", meta.get("name") or "", event.type,
-                   changed_fields(event.old, obj) if event.old is not None else (), via)
+        trigger = cls("resync" if event.from_list else source, obj.get("kind") or kind,
+                      meta.get("namespace") or "", meta.get("name") or "", event.type,
+                      via=via)
+        if event.old is not None and not event.from_list:
+            trigger._pair = (event.old, obj)
+        return trigger
+
+    @property
+    def changed(self) -> tuple[str, ...]:
+        """The top-level fields an update changed (`changed_fields`), ``()`` otherwise."""
+        pair = self._pair  # one read: another thread may compute it at the same time
+        if pair is not None:
+            self._changed = changed_fields(*pair)
+            self._pair = None
+        return self._changed
+
+    def _fields(self) -> tuple[str, str, str, str, str, tuple[str, ...], str]:
+        return (self.source, self.kind, self.namespace, self.name, self.event, self.changed,
+                self.via)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Trigger) and self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return "Trigger({})".format(", ".join(map(repr, self._fields())))
 
     def as_dict(self) -> dict[str, Any]:
         """Its fields that are set, for a JSON log line."""
