@@ -141,3 +141,29 @@ def test_a_failure_is_a_retry_trigger_and_a_delayed_requeue_joins_a_sooner_chang
     queue.add("k", trigger=Trigger("primary", name="k"))  # sooner: the requeue is merged
     assert queue.get(timeout=0) == "k"
     assert queue.triggers("k").sources() == ["primary", "requeue"]
+
+
+def test_the_fields_are_compared_when_first_read_not_when_the_event_comes() -> None:
+    compared: list[str] = []
+
+    class Counted(dict[str, Any]):
+        def __eq__(self, other: object) -> bool:
+            compared.append("spec")
+            return dict.__eq__(self, other)  # type: ignore[arg-type]
+
+        def __ne__(self, other: object) -> bool:
+            return not self == other
+
+        __hash__ = None  # type: ignore[assignment]
+
+    old = {"metadata": {"name": "a"}, "spec": Counted(x=1)}
+    new = {"metadata": {"name": "a"}, "spec": Counted(x=2)}
+    trigger = Trigger.of_event("primary", WatchEvent("MODIFIED", new, old))
+    assert compared == []
+    assert trigger.changed == ("spec",) and trigger.changed == ("spec",)
+    assert len(compared) == 1  # once, then remembered
+
+
+def test_a_relist_update_names_no_fields() -> None:
+    event = WatchEvent("MODIFIED", config_map({"x": "y"}), config_map(), from_list=True)
+    assert Trigger.of_event("owned", event).changed == ()
