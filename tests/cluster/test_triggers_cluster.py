@@ -4,7 +4,8 @@ A controller that owns a ConfigMap per Widget: a spec change of the Widget shows
 trigger ``primary`` with ``spec`` changed; a label edit of its ConfigMap shows ``owned``
 naming the ConfigMap and ``metadata.labels``; ``Action.requeue`` shows ``requeue``; a
 failure shows ``retry``. Each appears in ``ctx.triggers``, on the reconcile's JSON log
-line and in ``operator_kit_controller_reconcile_triggers_total``.
+line and in ``operator_kit_controller_reconcile_triggers_total``. A watched Secret's change
+shows ``watched`` with the mapper that named the Widget.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from operator_kit import Action, Context, Controller, Operator, logs
+from operator_kit import Action, Context, Controller, Operator, Watch, logs
+from operator_kit.runtime.objects import Objects
 from operator_kit.runtime.triggers import Trigger
 from operator_kit.testing import Namespace, eventually
 
@@ -156,7 +158,8 @@ def test_a_requeue_and_a_retry_say_so(namespace: Namespace, run_operator: RunOpe
     failed = eventually(10, lambda: [line for line in outcome_lines(json_lines, namespace, "broken")
                                      if line["level"] == "error"])[0]
     assert failed["error"].endswith("failing once, as asked")
-    assert "triggered by primary Widget" in failed["msg"]
+    assert f"primary Widget {namespace.name}/broken MODIFIED [spec]" in \
+        failed["msg"].partition("; triggered by ")[2]
     assert any(t["source"] == "primary" for t in failed["triggers"])
     retry_line = eventually(10, lambda: [
         line for line in outcome_lines(json_lines, namespace, "broken")
@@ -166,3 +169,39 @@ def test_a_requeue_and_a_retry_say_so(namespace: Namespace, run_operator: RunOpe
         line for line in outcome_lines(json_lines, namespace, "again")
         if any(t["source"] == "requeue" for t in line["triggers"])])[0]
     assert "requeue" in requeue_line["msg"]
+
+
+WATCHED = "why-test"  # the label of the Secrets the watching controller sees
+
+
+def to_the_named_widget(secret: dict[str, Any], objects: Objects) -> list[str]:
+    return [secret["metadata"]["labels"][WATCHED]]
+
+
+class WatchingController(WhyController):
+    """The same, watching Secrets labelled `WATCHED`, each mapped to the Widget it names."""
+
+    watches = (Watch("v1/Secret", to_the_named_widget, label_selector=WATCHED),)
+
+
+def test_a_watched_change_names_the_object_and_the_mapper(
+        namespace: Namespace, run_operator: RunOperator) -> None:
+    controller = WatchingController("why-watched")
+    run_operator(controller)
+    before = counted("why-watched", "watched")
+    create_widget(namespace, "target")
+    eventually(20, lambda: controller.reconciled_for(lambda t: t.source == "primary"))
+    secret = {"apiVersion": "v1", "kind": "Secret",
+              "metadata": {"name": "s", "namespace": namespace.name,
+                           "labels": {WATCHED: "target"}},
+              "stringData": {"password": "one"}}
+    namespace.apply(secret)
+    added = eventually(20, lambda: controller.reconciled_for(
+        lambda t: t.source == "watched" and t.event == "ADDED"))
+    assert Trigger("watched", "Secret", namespace.name, "s", "ADDED",
+                   via="to_the_named_widget") in added
+    namespace.apply({**secret, "stringData": {"password": "two"}})
+    modified = eventually(20, lambda: controller.reconciled_for(
+        lambda t: t.source == "watched" and t.event == "MODIFIED"))
+    assert [t.changed for t in modified if t.source == "watched"] == [("data",)]
+    assert counted("why-watched", "watched") >= before + 2
