@@ -5,8 +5,10 @@ it registers handlers on the shared informers (primary, owned, watched kinds), m
 event to keys in its `WorkQueue`, and runs ``max_concurrent_reconciles`` workers. A
 worker takes a key, reads the object from the cache, runs the finalizer state machine
 and `Controller.reconcile` with a fresh `Context` (`finalize_or_reconcile`), and then
-requeues, backs off after a failure, or forgets the key. A reconcile that outlives
-``reconcile_timeout`` is abandoned and its key settled by the watchdog (timeouts.py).
+requeues, backs off after a failure, or forgets the key. Every add says why
+(`Trigger`, triggers.py): the worker logs, counts and hands on the key's triggers. A
+reconcile that outlives ``reconcile_timeout`` is abandoned and its key settled by the
+watchdog (timeouts.py).
 """
 
 from __future__ import annotations
