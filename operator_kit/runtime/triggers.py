@@ -160,7 +160,8 @@ class Trigger:
 
 class Triggers:
     """The triggers of one reconcile, coalesced: the first `MAX_KEPT` (iterate, or
-    `kept`), how many there were in all (`total`) and by source (`counts`).
+    `kept`), how many there were in all (`total`, also its ``len()``, which may exceed
+    what iterating yields) and by source (`counts`).
 
     ``ctx.triggers`` in a reconcile; empty (``total == 0``) outside the controller's
     workers, as in ``reconcile_once``. Read it, do not change it.
