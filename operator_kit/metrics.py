@@ -114,6 +114,13 @@ STUCK = Gauge(
     "threads still run (a Python thread cannot be cancelled).",
     ["controller"],
 )
+RECONCILE_TRIGGERS = Counter(
+    "operator_kit_controller_reconcile_triggers",
+    "What queued the reconciles that ran, by controller and trigger: primary, owned, "
+    "watched, requeue, retry, resync (several triggers coalesced into one reconcile each "
+    "count; see operator_kit.runtime.triggers).",
+    ["controller", "trigger"],
+)
 MAPPER_ERRORS = Counter(
     "operator_kit_mapper_errors",
     "Calls of a Watch mapper that raised or returned something naming no primary object "

@@ -24,6 +24,7 @@ from operator_kit.client.fencing import Fenced, Refusal
 from operator_kit.client.transport import Api
 from operator_kit.runtime.objects import Objects, PatchType, encode, obj_like
 from operator_kit.runtime.own_writes import LastApplies, OwnWrites
+from operator_kit.runtime.triggers import Triggers
 
 R = TypeVar("R", bound=CustomResource)
 
@@ -50,7 +51,7 @@ class Context:
                  own_writes: OwnWrites | None = None, namespace: str | None = None,
                  shard_label: str | None = None,
                  last_applies: LastApplies | None = None,
-                 refusal: Refusal | None = None) -> None:
+                 refusal: Refusal | None = None, triggers: Triggers | None = None) -> None:
         self.api = api
         self.shard_label = shard_label
         """A shard member's assignment label: children get their owner's (sharding.py)."""
@@ -60,6 +61,9 @@ class Context:
         self.namespace = namespace
         """The namespace of the object being reconciled (reads default to it)."""
         self.log = logging.getLogger(f"operator_kit.controller.{controller}")
+        self.triggers = triggers if triggers is not None else Triggers()
+        """Why this reconcile runs: the changes and requeues that queued its object,
+        coalesced (`operator_kit.runtime.triggers.Triggers`; ``str()`` for a log line)."""
         self.objects = objects if objects is not None else Objects(
             api, field_manager=field_manager)
         self._own_writes = own_writes
@@ -73,16 +77,19 @@ class Context:
         # `obj` held before the first one.
         self._statuses: dict[tuple[str, str | None, str], dict[str, Any]] = {}
 
-    def for_object(self, obj: CustomResource, refusal: Refusal | None = None) -> Context:
+    def for_object(self, obj: CustomResource, refusal: Refusal | None = None,
+                   triggers: Triggers | None = None) -> Context:
         """A context for one reconcile of `obj`: its own read-your-writes journal. With
         `refusal` (a reconcile's timeout), its writes and Events are fenced: refused
-        with `Fenced` once `refusal` gives a reason (`operator_kit.client.fencing`)."""
+        with `Fenced` once `refusal` gives a reason (`operator_kit.client.fencing`).
+        `triggers`: why it runs (``ctx.triggers``)."""
         objects = self.objects.session(refusal)
         return Context(objects.api, field_manager=self.field_manager,
                        recorder=self._recorder, controller=self.controller,
                        objects=objects, own_writes=self._own_writes,
                        namespace=obj.namespace, shard_label=self.shard_label,
-                       last_applies=self._last_applies, refusal=refusal)
+                       last_applies=self._last_applies, refusal=refusal,
+                       triggers=triggers)
 
     # -- reads -----------------------------------------------------------------------------
 

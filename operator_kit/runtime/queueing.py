@@ -64,6 +64,11 @@ to ``done``; ``depth`` (ready keys only, never those waiting out a delay or back
 ``unfinished_work_seconds`` and ``longest_running_processor_seconds`` are read from
 `stats` when scraped.
 
+Triggers: an add may say why (``trigger=``, a `Trigger`); the queue coalesces them per
+key as it coalesces the key (`Triggers`: the first few and a count), and `get` hands
+them out with the key: the worker reads them with :meth:`WorkQueue.triggers` until
+``done``. A failure's retry is recorded by `add_failure` itself (see triggers.py).
+
 Cost: ``add``, ``get`` and ``done`` are O(log n) (two heaps with lazily dropped stale
 entries, each rebuilt when stale entries outnumber live ones).
 """
@@ -80,6 +85,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from operator_kit import metrics
+from operator_kit.runtime.triggers import Trigger, Triggers
 
 __all__ = ["LOW_PRIORITY", "NORMAL_PRIORITY", "Backoff", "Key", "WorkQueue"]
 
@@ -87,6 +93,7 @@ Key = tuple[str, str]
 """The key of a Kubernetes object: ``(namespace, name)``, namespace ``""`` if cluster-scoped."""
 
 K = TypeVar("K", bound=Hashable)
+_RETRY = Trigger("retry")
 
 NORMAL_PRIORITY = 0
 """The priority of a live watch event, a requeue, any add that does not say (as
@@ -186,6 +193,8 @@ class WorkQueue(Generic[K]):
         self._shutting_down = False
         self._due_at: dict[K, float] = {}  # dirty key -> when it became due
         self._started_at: dict[K, float] = {}  # processing key -> when get() handed it out
+        self._pending: dict[K, Triggers] = {}  # a waiting key -> why it was queued
+        self._handed: dict[K, Triggers] = {}  # a processing key -> why, as get() took it
         self._adds = metrics.WORKQUEUE_ADDS.labels(name, self.controller)
         self._queue_duration = metrics.WORKQUEUE_QUEUE_DURATION.labels(name, self.controller)
         self._work_duration = metrics.WORKQUEUE_WORK_DURATION.labels(name, self.controller)
@@ -200,15 +209,23 @@ class WorkQueue(Generic[K]):
 
     # -- producers -------------------------------------------------------------------
 
-    def add(self, key: K, delay: float = 0.0, priority: int = NORMAL_PRIORITY) -> None:
-        """Queue ``key``, now or after ``delay`` seconds, at ``priority`` (higher first).
+    def add(self, key: K, delay: float = 0.0, priority: int = NORMAL_PRIORITY,
+            trigger: Trigger | Triggers | None = None) -> None:
+        """Queue ``key``, now or after ``delay`` seconds, at ``priority`` (higher first),
+        because of ``trigger`` (or several, carried over), if given.
 
         A key already waiting is not queued twice: it keeps the earlier of its pending
         time and the new one (a dirty key counts as due now) and the higher of the two
-        priorities. Ignored after shutdown.
+        priorities; its triggers are coalesced. Ignored after shutdown.
         """
         with self._lock:
-            self._add(key, delay, priority)
+            self._add(key, delay, priority, trigger)
+
+    def triggers(self, key: K) -> Triggers:
+        """Why ``key`` was queued, as `get` handed it out (empty when no worker holds it,
+        or its adds gave no trigger)."""
+        with self._lock:
+            return self._handed.get(key) or Triggers()
 
     def add_failure(self, key: K, at_least: float = 0.0, priority: int | None = None) -> float:
         """Record one more consecutive failure of ``key`` and queue it after the backoff.
@@ -225,7 +242,7 @@ class WorkQueue(Generic[K]):
             delay = max(self.failure_backoff.delay(failures), at_least)
             if priority is None:
                 priority = self._taken.get(key, NORMAL_PRIORITY)
-            self._add(key, delay, priority)
+            self._add(key, delay, priority, _RETRY)
             return delay
 
     def forget(self, key: K) -> None:
@@ -271,6 +288,9 @@ class WorkQueue(Generic[K]):
                     self._dirty.discard(key)
                     self._processing.add(key)
                     self._taken[key] = self._priority.pop(key, NORMAL_PRIORITY)
+                    handed = self._pending.pop(key, None)
+                    if handed is not None:
+                        self._handed[key] = handed
                     now = self._clock()
                     due = self._due_at.pop(key, now)
                     self._queue_duration.observe(max(0.0, now - due))
@@ -296,6 +316,7 @@ class WorkQueue(Generic[K]):
                 return
             self._processing.remove(key)
             self._taken.pop(key, None)
+            self._handed.pop(key, None)
             started = self._started_at.pop(key, None)
             if started is not None:
                 self._work_duration.observe(max(0.0, self._clock() - started))
@@ -369,9 +390,15 @@ class WorkQueue(Generic[K]):
 
     # -- internals; the caller holds self._lock ----------------------------------------
 
-    def _add(self, key: K, delay: float, priority: int) -> None:
+    def _add(self, key: K, delay: float, priority: int,
+             trigger: Trigger | Triggers | None = None) -> None:
         if self._shutting_down:
             return
+        if trigger is not None:
+            why = self._pending.get(key)
+            if why is None:
+                why = self._pending[key] = Triggers()
+            why.add(trigger)
         if delay <= 0:
             if self._delayed.pop(key, None) is not None:  # its heap entry goes stale
                 priority = max(priority, self._priority.pop(key))

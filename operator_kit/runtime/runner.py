@@ -5,8 +5,10 @@ it registers handlers on the shared informers (primary, owned, watched kinds), m
 event to keys in its `WorkQueue`, and runs ``max_concurrent_reconciles`` workers. A
 worker takes a key, reads the object from the cache, runs the finalizer state machine
 and `Controller.reconcile` with a fresh `Context` (`finalize_or_reconcile`), and then
-requeues, backs off after a failure, or forgets the key. A reconcile that outlives
-``reconcile_timeout`` is abandoned and its key settled by the watchdog (timeouts.py).
+requeues, backs off after a failure, or forgets the key. Every add says why
+(`Trigger`, triggers.py): the worker logs, counts and hands on the key's triggers. A
+reconcile that outlives ``reconcile_timeout`` is abandoned and its key settled by the
+watchdog (timeouts.py).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from operator_kit.runtime.own_writes import OwnWrites
 from operator_kit.runtime.queueing import NORMAL_PRIORITY, Backoff, WorkQueue
 from operator_kit.runtime.scope import ShardScope
 from operator_kit.runtime.timeouts import REPLACEMENTS_PER_WORKER, Attempt, Watchdog
+from operator_kit.runtime.triggers import Trigger, TriggerCounter, Triggers
 from operator_kit.runtime.watching import Informer, Informers, Key
 
 log = logging.getLogger("operator_kit.controller")
@@ -137,6 +140,7 @@ class ControllerRunner:
         self._in_flight = metrics.Both(metrics.IN_FLIGHT.labels(self.name),
                                        metrics.CR_ACTIVE_WORKERS.labels(self.name))
         self._timeouts = metrics.CR_RECONCILE_TIMEOUTS.labels(self.name)
+        self._triggers = TriggerCounter(self.name)
         metrics.init_controller(self.name, controller.max_concurrent_reconciles)
 
     def _resource(self, kind: KindSpec, where: str) -> Resource:
@@ -172,7 +176,8 @@ class ControllerRunner:
                                                    str(self.resource)):
             meta = event.object["metadata"]
             self.enqueue((meta.get("namespace") or "", meta["name"]),
-                         priority=priority_of(self.controller, event))
+                         priority=priority_of(self.controller, event),
+                         trigger=Trigger.of_event("primary", event, self._owner_kind))
 
     def _owned_handler(self, filters: tuple[Filter, ...]) -> Callable[[WatchEvent], None]:
         def on_owned(event: WatchEvent) -> None:
@@ -185,6 +190,7 @@ class ControllerRunner:
         return on_owned
 
     def _enqueue_owners(self, event: WatchEvent) -> None:
+        keys: set[Key] = set()  # before and after: both owners may matter
         for obj in (event.object, event.old):
             if obj is None:
                 continue
@@ -192,9 +198,13 @@ class ControllerRunner:
             for ref in meta.get("ownerReferences") or ():
                 if (ref.get("controller") and ref.get("kind") == self._owner_kind
                         and ref.get("apiVersion", "").rpartition("/")[0] == self._owner_group):
-                    namespace = meta.get("namespace") or "" if self._namespaced else ""
-                    self.enqueue((namespace, ref["name"]),
-                                 priority=priority_of(self.controller, event))
+                    keys.add((meta.get("namespace") or "" if self._namespaced else "",
+                              ref["name"]))
+        if keys:
+            trigger = Trigger.of_event("owned", event)
+            priority = priority_of(self.controller, event)
+            for key in sorted(keys):
+                self.enqueue(key, priority=priority, trigger=trigger)
 
     def _watched_handler(self, watch: Watch) -> Callable[[WatchEvent], None]:
         spec = Kind.of(watch.kind)
@@ -232,12 +242,14 @@ class ControllerRunner:
                             accepted(self.controller.resource))
                     reported.set()
             priority = priority_of(self.controller, event)
+            trigger = Trigger.of_event("watched", event, spec.kind, via=mapper) if keys else None
             for key in sorted(keys):
-                self.enqueue(key, priority=priority)
+                self.enqueue(key, priority=priority, trigger=trigger)
         return on_watched
 
-    def enqueue(self, key: Key, delay: float = 0.0, priority: int = NORMAL_PRIORITY) -> None:
-        self.queue.add(key, delay, priority)
+    def enqueue(self, key: Key, delay: float = 0.0, priority: int = NORMAL_PRIORITY,
+                trigger: Trigger | Triggers | None = None) -> None:
+        self.queue.add(key, delay, priority, trigger)
         self._depth.set(len(self.queue))
 
     # -- workers -------------------------------------------------------------------------
@@ -263,6 +275,7 @@ class ControllerRunner:
         """The watchdog abandoned `attempt` (its writes are fenced already): settle its
         key as a failed reconcile — released for a retry with backoff — and say so."""
         key, timeout = attempt.key, self.controller.reconcile_timeout
+        triggers = self.queue.triggers(key)
         delay = self.queue.add_failure(key)
         self.queue.done(key)  # another worker may take the key now
         self._depth.set(len(self.queue))
@@ -279,7 +292,8 @@ class ControllerRunner:
                       "in %.1fs; its writes are refused from now on; %s", self.name,
                       describe(key), timeout, delay, "a new worker took its place" if replaced
                       else "no new worker took its place (as many timed-out reconciles "
-                      "run already as are replaced): fewer workers until one returns")
+                      "run already as are replaced): fewer workers until one returns",
+                      extra=_why(triggers))
         raw = self.primary_of(key).get(key)
         if raw is not None:  # the same note each time, so the Event's count rises
             self.context.event(raw, True, "ReconcileTimeout",
@@ -324,8 +338,9 @@ class ControllerRunner:
             if not self.may_reconcile():
                 # Fenced: this replica may no longer hold the Lease. Keep the key for
                 # whoever leads next; the operator is on its way out.
+                triggers = self.queue.triggers(key)
                 self.queue.done(key)
-                self.queue.add(key)
+                self.queue.add(key, trigger=triggers)  # why it is queued still holds
                 self.stop.wait(0.5)
                 continue
             held = True  # False: it timed out, and the watchdog released the key
@@ -348,8 +363,9 @@ class ControllerRunner:
     def _process(self, key: Key) -> bool:
         """Reconcile `key` once and settle its queue entry; False when the reconcile
         timed out, so that the watchdog settled it instead (timeouts.py)."""
+        triggers = self.queue.triggers(key)
         if not self.caught_up.ready(key, self.stop):  # its last pass's writes, not yet seen
-            self.enqueue(key, CaughtUp.REQUEUE)
+            self.enqueue(key, CaughtUp.REQUEUE, trigger=triggers)  # postponed, same reasons
             return True
         raw = self.primary_of(key).get(key)
         if raw is None:  # deleted and gone (or not ours): nothing to reconcile
@@ -374,6 +390,7 @@ class ControllerRunner:
             self.context.event(raw, True, "InvalidResource", str(err))
             self.queue.forget(key)
             return True
+        self._triggers.count(triggers)
         self._in_flight.inc()
         attempt = self.watchdog.begin(key)
         action: Action | None = None
@@ -398,7 +415,7 @@ class ControllerRunner:
             result = ("requeue_after" if action is not None and action.requeue_after is not None
                       else "success")
         except Conflict:
-            self.enqueue(key, 0.2)  # our cache is behind; look again once it catches up
+            self.enqueue(key, 0.2, trigger=_RETRY)  # our cache is behind: look again soon
             return
         except ApiException as err:
             if err.status == 404 and self._gone(obj):
@@ -418,7 +435,7 @@ class ControllerRunner:
             # spread out so keys refused together do not return together, without
             # escalating the key's failure backoff or adding an Event to the load.
             self._retries.inc()
-            self.enqueue(key, throttle_delay(err) * (1 + 2 * random.random()))
+            self.enqueue(key, throttle_delay(err) * (1 + 2 * random.random()), trigger=_RETRY)
             return
         except Exception as err:  # noqa: BLE001 - any failure backs off and retries (logged)
             result = "error"
@@ -431,11 +448,15 @@ class ControllerRunner:
             metrics.CR_RECONCILES.labels(self.name, result).inc()
             self._duration.observe(time.monotonic() - started)
         after = action.requeue_after if action is not None else None
-        log.debug("%s: reconciled %s in %.3fs: %s", self.name, describe(key),
-                  time.monotonic() - started, result if after is None else f"{result} {after:g}s")
+        if log.isEnabledFor(logging.DEBUG):  # only then are the changed fields compared
+            triggers = self.queue.triggers(key)
+            log.debug("%s: reconciled %s in %.3fs: %s; triggered by %s", self.name,
+                      describe(key), time.monotonic() - started,
+                      result if after is None else f"{result} {after:g}s", triggers,
+                      extra=_why(triggers))
         self.queue.forget(key)
-        if action is not None and action.requeue_after is not None:
-            self.enqueue(key, action.requeue_after)
+        if after is not None:
+            self.enqueue(key, after, trigger=_REQUEUE)
 
     def _let_go(self, key: Key, raw: dict[str, Any]) -> None:
         """The sharder moves this object to another member: instead of reconciling it,
@@ -447,7 +468,7 @@ class ControllerRunner:
             shard.let_go(self.api, self.resource.path(key[0] or None, key[1]), raw)
         except ApiException as err:
             if err.status == 409:
-                self.enqueue(key, 0.2)  # changed meanwhile: look at it again
+                self.enqueue(key, 0.2, trigger=_RETRY)  # changed meanwhile: look again
                 return
             if err.status != 404:
                 raise
@@ -464,10 +485,10 @@ class ControllerRunner:
         owned_elsewhere = isinstance(err, AlreadyOwned)
         delay = self.queue.add_failure(
             key, at_least=self.controller.max_backoff if owned_elsewhere else 0.0)
-        message = error_message(err)
-        log.error("%s: reconcile of %s failed (attempt %d, retrying in %.1fs)",
-                  self.name, describe(key), self.queue.failures(key), delay,
-                  extra=logs.failure(err, message),
+        message, triggers = error_message(err), self.queue.triggers(key)
+        log.error("%s: reconcile of %s failed (attempt %d, retrying in %.1fs); triggered by %s",
+                  self.name, describe(key), self.queue.failures(key), delay, triggers,
+                  extra=logs.failure(err, message) | _why(triggers),
                   exc_info=not isinstance(err, ApiException | TypeError | AlreadyOwned))
         if not owned_elsewhere:
             # The same failure again is the same note, so its Event's count rises.
@@ -513,7 +534,8 @@ class ControllerRunner:
         return bool(current.get("metadata", {}).get("uid") != obj.uid)
 
     def _reconcile(self, obj: CustomResource, refusal: Refusal | None) -> Action | None:
-        ctx = self.context.for_object(obj, refusal)
+        ctx = self.context.for_object(obj, refusal,
+                                      self.queue.triggers((obj.namespace or "", obj.name)))
         try:
             return checked_result(self.controller.reconcile(obj, ctx))
         finally:  # the next reconcile of obj reads these writes (consistency.py)
@@ -542,6 +564,14 @@ class ControllerRunner:
             obj = set_finalizers(obj, [*obj.finalizers, finalizer], api,
                                  writes=self.own_primary_writes)
         return self._reconcile(obj, refusal)
+
+
+_RETRY, _REQUEUE = Trigger("retry"), Trigger("requeue")
+
+
+def _why(triggers: Triggers) -> dict[str, object]:
+    """A reconcile's outcome line's ``extra=``: its kept triggers and how many it had."""
+    return {"triggers": triggers.as_list(), "triggerCount": triggers.total}
 
 
 def _clip(note: str, limit: int = 280) -> str:
