@@ -96,6 +96,7 @@ class Operator(WebhookServing):
         self._api: Api | None = None
         self._informers: Informers | None = None
         self._runners: list[ControllerRunner] = []
+        self._standby: list[ControllerRunner] = []  # made while following: warm_standby
         self._started = False
         self._lock = threading.Lock()
         self._webhooks: Webhooks | None = None
@@ -273,6 +274,8 @@ class Operator(WebhookServing):
             on_stopped_leading=self._lost_lease)
         log.info("operator %s: waiting to lead (lease %s/%s, identity %s)", self.name,
                  self._elector.namespace, self._elector.lease_name, self._elector.identity)
+        if config.warm_standby:
+            self._warm_up(self._elector.may_reconcile)
         self._elector_thread = self._elector.start(self._elector_stop)
 
     def check_kinds(self) -> None:
@@ -303,12 +306,29 @@ class Operator(WebhookServing):
             os._exit(1)
         log.critical("operator %s lost its lease: stopped reconciling", self.name)
 
+    def _leader_controllers(self) -> list[Controller[Any]]:
+        """The controllers the leader runs (or the only replica): all but the sharded."""
+        config = self.sharding
+        return [c for c in self.controllers if config is None or not config.shards(c.name)]
+
+    def _warm_up(self, may_reconcile: Any) -> None:
+        """Following, with `LeaderElection.warm_standby`: make the leader's runners now and
+        start their informers, so their caches are synced before this replica leads. No
+        handler is added and no worker runs until then: nothing is queued or written."""
+        with self._lock:
+            if self.stopping.is_set():
+                return
+            self._standby = self._make_runners(self._leader_controllers(), may_reconcile)
+            self.informers.start()
+        log.info("operator %s: warm standby: watching the kinds of %d controller(s) while "
+                 "following, so that it reconciles at once when it leads", self.name,
+                 len(self._standby))
+
     def _start_controllers(self) -> None:
         """On the leader (or alone): the controllers that are not sharded, and the sharder."""
         config = self.sharding
         may_reconcile = self._elector.may_reconcile if self._elector else _always
-        self._run_controllers([c for c in self.controllers
-                               if config is None or not config.shards(c.name)], may_reconcile)
+        self._run_controllers(self._leader_controllers(), may_reconcile)
         if config is not None:
             with self._lock:
                 if self.stopping.is_set() or self._members is None:
@@ -319,29 +339,39 @@ class Operator(WebhookServing):
                     stop=self.stopping)
                 self._sharder.start()
 
+    def _make_runners(self, controllers: Sequence[Controller[Any]], may_reconcile: Any,
+                      shard: ShardScope | None = None) -> list[ControllerRunner]:
+        """A runner per controller on the shared informers, made but not started."""
+        recorder = EventRecorder(self.api, self.name)
+        # A member's reconciles write through a fence: none lands after its Lease lapsed.
+        api = sharder.FencedApi(self.api, may_reconcile) if shard else self.api
+        objects = Objects(api, self.informers, field_manager=self.name,
+                          shard_selector=shard.selector() if shard else None)
+        return [ControllerRunner(
+            controller, api, field_manager=self.name, recorder=recorder,
+            stop=self.stopping, informers=self.informers, objects=objects,
+            may_reconcile=may_reconcile, shard=shard) for controller in controllers]
+
     def _run_controllers(self, controllers: Sequence[Controller[Any]],
                          may_reconcile: Any, shard: ShardScope | None = None) -> None:
         with self._lock:
             if self.stopping.is_set():
                 return
-            recorder = EventRecorder(self.api, self.name)
-            informers = self.informers
-            # A member's reconciles write through a fence: none lands after its Lease lapsed.
-            api = sharder.FencedApi(self.api, may_reconcile) if shard else self.api
-            objects = Objects(api, informers, field_manager=self.name,
-                              shard_selector=shard.selector() if shard else None)
-            runners = [ControllerRunner(
-                controller, api, field_manager=self.name, recorder=recorder,
-                stop=self.stopping, informers=informers, objects=objects,
-                may_reconcile=may_reconcile, shard=shard) for controller in controllers]
-            informers.start()
+            # The warm standby's runners: their caches listed while it followed, and
+            # adding the handlers queues every cached key at low priority (from_list).
+            warm = shard is None and bool(self._standby)
+            runners = self._standby if warm else self._make_runners(controllers,
+                                                                    may_reconcile, shard)
+            if warm:
+                self._standby = []
+            self.informers.start()
             for runner in runners:
                 runner.start()
             self._runners += runners
             self._started = True
-        log.info("operator %s started %d controller(s)%s: %s", self.name, len(runners),
+        log.info("operator %s started %d controller(s)%s%s: %s", self.name, len(runners),
                  f" as shard member {shard.identity}" if shard else "",
-                 ", ".join(r.name for r in runners))
+                 " with warm caches" if warm else "", ", ".join(r.name for r in runners))
 
     # -- sharding --------------------------------------------------------------------------
 
