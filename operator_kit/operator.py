@@ -316,8 +316,8 @@ class Operator(WebhookServing):
         start their informers, so their caches are synced before this replica leads. No
         handler is added and no worker runs until then: nothing is queued or written."""
         with self._lock:
-            if self.stopping.is_set():
-                return
+            if self.stopping.is_set() or not self._leader_controllers():
+                return  # every controller sharded: members only, nothing to warm up
             self._standby = self._make_runners(self._leader_controllers(), may_reconcile)
             self.informers.start()
         log.info("operator %s: warm standby: watching the kinds of %d controller(s) while "
