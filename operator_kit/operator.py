@@ -21,7 +21,6 @@ import signal
 import threading
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kubernetes import client
@@ -29,29 +28,28 @@ from kubernetes import client
 from operator_kit.api.kinds import Kind
 from operator_kit.api.rbac import Rule, merge_rules
 from operator_kit.api.resources import CustomResource
-from operator_kit.client.events import RULE as EVENTS_RULE
 from operator_kit.client.events import EventRecorder
 from operator_kit.client.transport import Api, api_client, current_namespace
 from operator_kit.election import leader, sharder, sharding
 from operator_kit.election.leader import LeaderElection, LeaderElector
 from operator_kit.election.sharder import Members, Membership, Sharder
 from operator_kit.election.sharding import Sharding
-from operator_kit.probes import add_probe_views
 from operator_kit.runtime.controller import Controller
 from operator_kit.runtime.objects import Objects
 from operator_kit.runtime.runner import ControllerRunner
 from operator_kit.runtime.scope import ShardScope
 from operator_kit.runtime.transforms import Transform, drop_managed_fields
 from operator_kit.runtime.watching import Informers
+from operator_kit.serving import WebhookServing
 
 if TYPE_CHECKING:
     from operator_kit.webhooks.certificates import ExternalCertificate
-    from operator_kit.webhooks.server import Registration, Webhooks
+    from operator_kit.webhooks.server import Webhooks
 
 log = logging.getLogger("operator_kit.operator")
 
 
-class Operator:
+class Operator(WebhookServing):
     """A named set of controllers that run together in one process."""
 
     def __init__(
@@ -98,6 +96,7 @@ class Operator:
         self._api: Api | None = None
         self._informers: Informers | None = None
         self._runners: list[ControllerRunner] = []
+        self._standby: list[ControllerRunner] = []  # made while following: warm_standby
         self._started = False
         self._lock = threading.Lock()
         self._webhooks: Webhooks | None = None
@@ -197,125 +196,7 @@ class Operator:
         """Run against this ApiClient instead of the kubeconfig (tests, embedding)."""
         self._api = Api(api_client_)
 
-    # -- probes and the web app ------------------------------------------------------------
-
-    @property
-    def webhooks(self) -> Webhooks:
-        """The Flask app that serves this operator's webhooks, probes and metrics."""
-        if self._webhooks is None:
-            from operator_kit.webhooks.server import Webhooks
-
-            self._webhooks = Webhooks(self.name)
-            add_probe_views(self._webhooks, live=self.live, ready=self.ready)
-        return self._webhooks
-
-    @property
-    def app(self) -> Webhooks:
-        """The same as `webhooks`: the name gunicorn's ``OPERATOR_KIT_APP`` looks up."""
-        return self.webhooks
-
-    def webhook_registrations(self) -> tuple[Registration, ...]:
-        """The webhooks registered on this operator's app (none if it has no app yet)."""
-        return self._webhooks.registrations() if self._webhooks is not None else ()
-
-    @property
-    def webhook_secret(self) -> str:
-        """The ``kubernetes.io/tls`` Secret replicas share their webhook certificate in."""
-        return f"{self.name}-webhook-tls"
-
-    def prepare_webhook_tls(self, directory: str) -> None:
-        """Get the shared webhook certificate, install it in `directory`, patch CA bundles.
-
-        Run before the webhook server starts (gunicorn_conf does it in the master): the
-        first replica creates the certificate Secret, the others read it (and heal or
-        renew it when needed); every configuration and conversion webhook of this
-        operator is told to trust its CA (`operator_kit.webhooks.certkeeper`). Nothing to do, and
-        nothing done, when the operator has no webhooks or brings its own certificate
-        (`webhook_certificate`).
-        """
-        if not self.webhook_registrations() or self.webhook_certificate is not None:
-            return
-        from operator_kit.cli import apply_environment
-
-        apply_environment(self)  # the renamed Service and configurations, the namespace
-        # A client of its own: this runs in gunicorn's master, whose connections must not
-        # be inherited by the worker it forks.
-        with api_client(self.kubeconfig) as api:
-            keeper = self._certificate_keeper(Api(api), directory, manage=True)
-            keeper.sync(wait=False)
-        assert keeper.installed is not None
-        log.info("operator %s: webhook certificate installed in %s (valid until %s)",
-                 self.name, directory, keeper.installed.not_after.isoformat())
-
-    def keep_webhook_tls(self, directory: str, *, manage: bool = True) -> None:
-        """In the serving process: follow the certificate Secret from now on (renew,
-        rotate, heal, keep the caBundles) and be not ready while a caBundle does not trust
-        the served certificate. With `manage` False only that check is made."""
-        if not self.webhook_registrations():
-            return
-        from operator_kit.cli import apply_environment
-
-        apply_environment(self)
-        manage = manage and self.webhook_certificate is None
-        keeper = self._certificate_keeper(self.api, directory, manage=manage)
-        keeper.recorder = EventRecorder(self.api, self.name)
-        if manage and keeper.installed is not None and keeper.problem is None:
-            pass  # just installed and checked by prepare_webhook_tls in the master
-        else:  # check now (and post the Event the master could not, e.g. another
-            # installation's webhook configuration)
-            keeper.problem = "the webhook certificate was not checked yet"
-            try:
-                keeper.sync()
-            except Exception as err:  # noqa: BLE001 - the thread retries; logged
-                log.error("operator %s: checking the webhook certificate failed: %s",
-                          self.name, err)
-        keeper.start(self.stopping)
-
-    def _certificate_keeper(self, api: Api, directory: str, *, manage: bool) -> Any:
-        from operator_kit.webhooks.certkeeper import CertificateKeeper, Rotation
-
-        keeper = self._tls_keeper
-        if keeper is None or keeper.manage != manage:
-            validating, mutating, crds = self._ca_bundle_targets()
-            keeper = CertificateKeeper(
-                api, self.namespace, self.webhook_secret, self.webhook_service, Path(directory),
-                validating=validating, mutating=mutating, crds=crds,
-                rotation=Rotation.from_env(), manage=manage)
-            self._tls_keeper = keeper
-        keeper.api = api
-        return keeper
-
-    def _ca_bundle_targets(self) -> tuple[list[str], list[str], list[str]]:
-        """What must trust the webhook CA: the validating and the mutating configuration
-        (`validating_configuration`, `mutating_configuration`) when it has such webhooks,
-        and the CRDs its conversion webhook converts — the same kinds the manifests give
-        ``conversion: Webhook``."""
-        types = {r.type for r in self.webhook_registrations()}
-        crds: list[str] = []
-        if "convert" in types:
-            crds = sorted(f"{k.plural}.{k.group}" for k in self.custom_kinds()
-                          if len(k.versions()) > 1)
-        return ([self.validating_configuration] if "validate" in types else [],
-                [self.mutating_configuration] if "mutate" in types else [], crds)
-
-    def _webhook_rules(self, external: bool) -> list[Rule]:
-        """What serving webhooks needs: the shared certificate and the CA bundle patches."""
-        if not self.webhook_registrations():
-            return []
-        rules = [EVENTS_RULE]
-        if not external:  # a mounted Secret is read by the kubelet, not by the operator
-            rules += [Rule([""], ["secrets"], ["create"]),
-                      Rule([""], ["secrets"], ["get", "update"], [self.webhook_secret])]
-        validating, mutating, crds = self._ca_bundle_targets()
-        for names, group, resource in (
-                (validating, "admissionregistration.k8s.io", "validatingwebhookconfigurations"),
-                (mutating, "admissionregistration.k8s.io", "mutatingwebhookconfigurations"),
-                (crds, "apiextensions.k8s.io", "customresourcedefinitions")):
-            if names:
-                # Brought-your-own: read to check trust; cert-manager writes the caBundle.
-                rules.append(Rule([group], [resource], ["get"] if external else ["get", "patch"],
-                                  names))
-        return rules
+    # -- probes --------------------------------------------------------------------------
 
     def ready(self) -> bool:
         """Ready once every controller runs with synced caches, or while following a leader."""
@@ -393,6 +274,8 @@ class Operator:
             on_stopped_leading=self._lost_lease)
         log.info("operator %s: waiting to lead (lease %s/%s, identity %s)", self.name,
                  self._elector.namespace, self._elector.lease_name, self._elector.identity)
+        if config.warm_standby:
+            self._warm_up(self._elector.may_reconcile)
         self._elector_thread = self._elector.start(self._elector_stop)
 
     def check_kinds(self) -> None:
@@ -423,12 +306,29 @@ class Operator:
             os._exit(1)
         log.critical("operator %s lost its lease: stopped reconciling", self.name)
 
+    def _leader_controllers(self) -> list[Controller[Any]]:
+        """The controllers the leader runs (or the only replica): all but the sharded."""
+        config = self.sharding
+        return [c for c in self.controllers if config is None or not config.shards(c.name)]
+
+    def _warm_up(self, may_reconcile: Any) -> None:
+        """Following, with `LeaderElection.warm_standby`: make the leader's runners now and
+        start their informers, so their caches are synced before this replica leads. No
+        handler is added and no worker runs until then: nothing is queued or written."""
+        with self._lock:
+            if self.stopping.is_set() or not self._leader_controllers():
+                return  # every controller sharded: members only, nothing to warm up
+            self._standby = self._make_runners(self._leader_controllers(), may_reconcile)
+            self.informers.start()
+        log.info("operator %s: warm standby: watching the kinds of %d controller(s) while "
+                 "following, so that it reconciles at once when it leads", self.name,
+                 len(self._standby))
+
     def _start_controllers(self) -> None:
         """On the leader (or alone): the controllers that are not sharded, and the sharder."""
         config = self.sharding
         may_reconcile = self._elector.may_reconcile if self._elector else _always
-        self._run_controllers([c for c in self.controllers
-                               if config is None or not config.shards(c.name)], may_reconcile)
+        self._run_controllers(self._leader_controllers(), may_reconcile)
         if config is not None:
             with self._lock:
                 if self.stopping.is_set() or self._members is None:
@@ -439,29 +339,39 @@ class Operator:
                     stop=self.stopping)
                 self._sharder.start()
 
+    def _make_runners(self, controllers: Sequence[Controller[Any]], may_reconcile: Any,
+                      shard: ShardScope | None = None) -> list[ControllerRunner]:
+        """A runner per controller on the shared informers, made but not started."""
+        recorder = EventRecorder(self.api, self.name)
+        # A member's reconciles write through a fence: none lands after its Lease lapsed.
+        api = sharder.FencedApi(self.api, may_reconcile) if shard else self.api
+        objects = Objects(api, self.informers, field_manager=self.name,
+                          shard_selector=shard.selector() if shard else None)
+        return [ControllerRunner(
+            controller, api, field_manager=self.name, recorder=recorder,
+            stop=self.stopping, informers=self.informers, objects=objects,
+            may_reconcile=may_reconcile, shard=shard) for controller in controllers]
+
     def _run_controllers(self, controllers: Sequence[Controller[Any]],
                          may_reconcile: Any, shard: ShardScope | None = None) -> None:
         with self._lock:
             if self.stopping.is_set():
                 return
-            recorder = EventRecorder(self.api, self.name)
-            informers = self.informers
-            # A member's reconciles write through a fence: none lands after its Lease lapsed.
-            api = sharder.FencedApi(self.api, may_reconcile) if shard else self.api
-            objects = Objects(api, informers, field_manager=self.name,
-                              shard_selector=shard.selector() if shard else None)
-            runners = [ControllerRunner(
-                controller, api, field_manager=self.name, recorder=recorder,
-                stop=self.stopping, informers=informers, objects=objects,
-                may_reconcile=may_reconcile, shard=shard) for controller in controllers]
-            informers.start()
+            # The warm standby's runners: their caches listed while it followed, and
+            # adding the handlers queues every cached key at low priority (from_list).
+            warm = shard is None and bool(self._standby)
+            runners = self._standby if warm else self._make_runners(controllers,
+                                                                    may_reconcile, shard)
+            if warm:
+                self._standby = []
+            self.informers.start()
             for runner in runners:
                 runner.start()
             self._runners += runners
             self._started = True
-        log.info("operator %s started %d controller(s)%s: %s", self.name, len(runners),
+        log.info("operator %s started %d controller(s)%s%s: %s", self.name, len(runners),
                  f" as shard member {shard.identity}" if shard else "",
-                 ", ".join(r.name for r in runners))
+                 " with warm caches" if warm else "", ", ".join(r.name for r in runners))
 
     # -- sharding --------------------------------------------------------------------------
 

@@ -97,7 +97,10 @@ class LeaderElection:
 
     ``lease_duration``: how long followers wait after last seeing the Lease change before
     taking it. ``renew_deadline``: how long the leader keeps trying to renew before it
-    gives up leading. ``retry_period``: the pause between attempts.
+    gives up leading. ``retry_period``: the pause between attempts. ``warm_standby``:
+    followers start the informers of the controllers they would run and keep their
+    caches synced, with no workers and no writes, so a new leader reconciles at once
+    instead of listing everything first (controller-runtime's ``EnableWarmup``).
     """
 
     namespace: str | None = None
@@ -106,6 +109,7 @@ class LeaderElection:
     renew_deadline: float = 10.0
     retry_period: float = 2.0
     identity: str | None = None
+    warm_standby: bool = True
 
     def __post_init__(self) -> None:
         for field in ("lease_duration", "renew_deadline", "retry_period"):

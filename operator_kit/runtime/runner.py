@@ -255,15 +255,18 @@ class ControllerRunner:
     # -- workers -------------------------------------------------------------------------
 
     def start(self) -> None:
-        for primary in self.primaries.values():
-            primary.add_handler(self.on_primary)
-        for informer, handler in self._sources:
-            informer.add_handler(handler)
+        # Workers first: on caches synced already (a warm standby taking the Lease), the
+        # handlers' replay of every cached key takes a while, and the first key it
+        # queues is reconciled at once instead of after the last.
         for i in range(self.controller.max_concurrent_reconciles):
             self._start_worker(f"reconcile-{self.name}-{i}")
         watchdog = self.watchdog.start()
         if watchdog is not None:  # only with a reconcile_timeout
             self._workers.append(watchdog)
+        for primary in self.primaries.values():
+            primary.add_handler(self.on_primary)
+        for informer, handler in self._sources:
+            informer.add_handler(handler)
 
     def _start_worker(self, name: str) -> None:
         worker = threading.Thread(target=self._work, name=name, daemon=True)

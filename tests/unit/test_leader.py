@@ -217,6 +217,11 @@ def test_defaults_are_client_gos() -> None:
         15.0, 10.0, 2.0)
 
 
+def test_followers_keep_warm_caches_unless_told_not_to() -> None:
+    assert DEFAULTS.warm_standby is True  # unlike controller-runtime's opt-in EnableWarmup
+    assert LeaderElection(warm_standby=False).warm_standby is False
+
+
 @pytest.mark.parametrize(("timings", "complaint"), [
     ({"lease_duration": 10, "renew_deadline": 10}, "lease_duration .* greater than renew_dead"),
     ({"lease_duration": 5}, "lease_duration .* greater than renew_deadline"),
