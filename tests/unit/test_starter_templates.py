@@ -18,7 +18,7 @@ import dockerfile
 import pytest
 import yaml
 
-from operator_kit.new import FILES, generate, render, source_of
+from operator_kit.new import FILES, KIND_FILES, WEBHOOK_FILES, generate, render, source_of
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +32,11 @@ def test_the_project_has_what_a_kubebuilder_user_expects(project: Path) -> None:
     files = {str(p.relative_to(project)) for p in project.rglob("*") if p.is_file()}
     assert {"Makefile", "Dockerfile", ".gitignore", ".dockerignore", "README.md",
             ".github/workflows/ci.yml", "pyproject.toml", "gadget_operator/__init__.py",
-            "tests/test_e2e.py", "hack/test.sh", "hack/lint.sh"} <= files
+            "tests/test_e2e.py", "hack/test.sh", "hack/lint.sh", "PROJECT",
+            "gadget_operator/registry.py", "gadget_operator/gadget.py",
+            "gadget_operator/gadget_validation.py", "gadget_operator/gadget_defaulting.py",
+            "config/default/kustomization.yaml", "config/base/kustomization.yaml",
+            "config/base/crds.yaml", "config/samples/gadgets.starter.test_v1_gadget.yaml"} <= files
     assert (project / "hack/test.sh").stat().st_mode & stat.S_IXUSR
     for path in files:
         assert "{{" not in (project / path).read_text().replace("${{ ", ""), path
@@ -52,14 +56,16 @@ def test_each_template_is_package_data_and_written_once() -> None:
                 folders.append((entry, f"{prefix}{entry.name}/"))
             else:
                 shipped.add(f"{prefix}{entry.name}")
-    assert shipped == set(FILES.values())
-    assert len(shipped) == len(FILES)  # one template per file written
+    per_project = list(FILES.values()) + list(KIND_FILES.values()) + [
+        template for files in WEBHOOK_FILES.values() for template in files.values()]
+    assert shipped == set(per_project)
+    assert len(shipped) == len(per_project)  # one template per file written
     # No dotfile (``.gitignore`` is gitignore.tmpl): a glob or a tool may skip hidden names.
     assert all(name.endswith(".tmpl") and "/." not in f"/{name}" for name in shipped)
 
 
 def test_the_resource_uses_camel_case_and_standard_conditions(project: Path) -> None:
-    source = (project / "gadget_operator/__init__.py").read_text()
+    source = (project / "gadget_operator/gadget.py").read_text()
     assert 'json_names = "camelCase"' in source
     assert "conditions: Conditions" in source and "set_condition(" in source
 
@@ -127,8 +133,8 @@ def test_make_lists_the_targets_by_default(project: Path) -> None:
             "undeploy"} <= listed
     deploy = subprocess.run(["make", "-n", "deploy", "NAMESPACE=ns", "KUBECTL=kc"],
                             cwd=project, capture_output=True, text=True, check=True).stdout
-    assert "kc create namespace ns" in deploy
-    assert "kc apply --server-side -f config/manifests.yaml" in deploy
+    assert "--kustomize config/base" in deploy  # make manifests first
+    assert "kc apply --server-side -k config/default" in deploy
     build = subprocess.run(["make", "-n", "docker-build", "IMG=img:1", "OPERATOR_KIT=/ok"],
                            cwd=project, capture_output=True, text=True, check=True).stdout
     assert 'pip wheel --quiet --no-deps --wheel-dir wheels "/ok"' in build
