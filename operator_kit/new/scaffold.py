@@ -51,6 +51,7 @@ FILES = {
     ".github/workflows/ci.yml": "github/workflows/ci.yml.tmpl",
     "hack/test.sh": "hack/test.sh.tmpl",
     "hack/lint.sh": "hack/lint.sh.tmpl",
+    "hack/ci-install.sh": "hack/ci-install.sh.tmpl",
     "wheels/README.md": "wheels/README.md.tmpl",
     "config/default/kustomization.yaml": "config/default/kustomization.yaml.tmpl",
     "{{package}}/__init__.py": "package/__init__.py.tmpl",
@@ -115,8 +116,11 @@ class Project:
         """The placeholders' values, for the project and (given) one of its kinds."""
         from operator_kit.new.source import operator_kit_source
 
+        source = operator_kit_source()
         values = {"name": self.name, "package": self.package, "group": self.group,
-                  "operator_kit": operator_kit_source()}
+                  "operator_kit": source,
+                  # CI can fetch only a URL (git+https://..., https://...whl), no local path
+                  "operator_kit_ci": source if source.startswith("operator_kit @ ") else ""}
         if kind is not None:
             values.update(kind=kind.kind, group=kind.group, version=kind.version,
                           module=kind.module, plural=guess_plural(kind.kind),

@@ -18,7 +18,16 @@ import dockerfile
 import pytest
 import yaml
 
-from operator_kit.new import FILES, KIND_FILES, WEBHOOK_FILES, generate, render, source_of
+from operator_kit.new import (
+    FILES,
+    KIND_FILES,
+    WEBHOOK_FILES,
+    Project,
+    generate,
+    read_template,
+    render,
+    source_of,
+)
 
 
 @pytest.fixture(scope="module")
@@ -124,6 +133,50 @@ def test_ci_workflow_runs_lint_and_test(project: Path) -> None:
     runs = {job: [step.get("run", "") for step in spec["steps"]]
             for job, spec in workflow["jobs"].items()}
     assert "make lint" in runs["lint"] and "make test" in runs["test"]
+    assert all("bash hack/ci-install.sh" in job_runs for job_runs in runs.values())
+
+
+def test_ci_caches_the_plane_binaries_per_kubernetes_version(project: Path) -> None:
+    steps = yaml.safe_load((project / ".github/workflows/ci.yml").read_text())["jobs"][
+        "test"]["steps"]
+    [cache] = [step for step in steps if step.get("uses", "").startswith("actions/cache")]
+    assert cache["with"]["key"].endswith("-kubernetes-${{ env.KUBERNETES_VERSION }}")
+    # The step before it writes KUBERNETES_VERSION: the plane's version, run as CI runs it.
+    [version] = [s["run"] for s in steps if "KUBERNETES_VERSION=" in s.get("run", "")]
+    assert steps.index(cache) > [s.get("run") for s in steps].index(version)
+    for asked, expected in (("", None), ("1.35", "1.35")):
+        out = subprocess.run(["bash", "-c", version], capture_output=True, text=True,
+                             env=dict(os.environ, GITHUB_ENV="/dev/stdout",
+                                      OPERATOR_KIT_KUBERNETES_VERSION=asked), check=True)
+        [line] = out.stdout.splitlines()
+        assert line.startswith("KUBERNETES_VERSION=")
+        value = line.split("=", 1)[1]
+        assert value == expected if expected else value.startswith("v1.")
+
+
+def test_ci_install_without_a_wheel_or_a_requirement_says_what_to_do(project: Path) -> None:
+    result = subprocess.run(["bash", "hack/ci-install.sh"], cwd=project, capture_output=True,
+                            text=True, env=dict(os.environ, OPERATOR_KIT=""), check=False)
+    assert result.returncode == 1
+    assert "set the repository variable OPERATOR_KIT" in result.stderr
+    assert "git add -f wheels/operator_kit-*.whl" in result.stderr
+
+
+@pytest.mark.parametrize(("source", "ci_default"), [
+    ("operator_kit @ git+https://example.test/ok.git@v1",
+     "operator_kit @ git+https://example.test/ok.git@v1"),
+    ("/home/me/operator_kit", ""),  # a path on this machine: CI cannot reach it
+])
+def test_ci_defaults_to_where_operator_kit_came_from_only_when_ci_can_fetch_it(
+        monkeypatch: pytest.MonkeyPatch, source: str, ci_default: str) -> None:
+    import operator_kit.new.source
+
+    monkeypatch.setattr(operator_kit.new.source, "operator_kit_source", lambda: source)
+    values = Project(Path("x"), "x-operator", "x.example.com").values()
+    assert values["operator_kit_ci"] == ci_default
+    workflow = render(read_template("github/workflows/ci.yml.tmpl"), values)
+    assert yaml.safe_load(workflow)["env"]["OPERATOR_KIT"] == \
+        f"${{{{ vars.OPERATOR_KIT || '{ci_default}' }}}}"
 
 
 def test_make_lists_the_targets_by_default(project: Path) -> None:
