@@ -101,7 +101,19 @@ def test_generated_project_with_an_added_kind_and_webhook_passes_its_make_target
     crd_paths = [f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
                  for name in crds]
     deployment_path = f"/apis/apps/v1/namespaces/{namespace}/deployments/gadget-operator"
+    samples = [f"/apis/gadgets.starter.test/v1/namespaces/{namespace}/gadgets/gadget-sample",
+               f"/apis/gizmos.starter.test/v1/namespaces/{namespace}/gizmos/gizmo-sample"]
     try:
+        # The first kubectl apply -f config/samples/ works: the CRDs (make install) accept
+        # the samples as written (the webhooks admit them too: the project's test_e2e).
+        finish(make(project, "install", *args, env=env))
+        cluster.api.request("POST", "/api/v1/namespaces",
+                            body={"metadata": {"name": namespace}})
+        applied_samples = subprocess.run(
+            [kubectl, "apply", "-n", namespace, "-f", "config/samples/"], cwd=project, env=env,
+            capture_output=True, text=True, check=False)
+        assert applied_samples.returncode == 0, applied_samples.stderr
+        assert all(cluster.exists(path) for path in samples)
         finish(make(project, "deploy", *args, env=env))  # kubectl apply -k config/default
         applied = cluster.api.get(deployment_path)
         assert applied["spec"]["template"]["spec"]["containers"][0]["image"] == \
@@ -111,7 +123,11 @@ def test_generated_project_with_an_added_kind_and_webhook_passes_its_make_target
                                    "validatingwebhookconfigurations/gadget-operator")
         assert {"/validate-gadget", "/validate-gizmo"} <= {
             w["clientConfig"]["service"]["path"] for w in webhooks["webhooks"]}
-        finish(make(project, "undeploy", *args, env=env))
+        undeployed = finish(make(project, "undeploy", *args, env=env))
+        # the custom objects went first, while the operator would still run their cleanups
+        assert undeployed.index("deleting every gadgets.gadgets.starter.test") < \
+            undeployed.index("delete --ignore-not-found -k config/default"), undeployed
+        assert not any(cluster.exists(path) for path in samples)
         assert not cluster.exists(deployment_path)
         eventually(60, lambda: not any(cluster.exists(path) for path in crd_paths),
                    message="the CRDs deleted")
