@@ -1,9 +1,16 @@
-"""``python -m operator_kit.new NAME --group GROUP --kind KIND``: start a new operator project.
+"""``python -m operator_kit.new``: start an operator project, then add kinds and webhooks.
 
-Writes what a kubebuilder user expects, in Python; its tests, lint and manifests pass at
-once::
+Three commands, as kubebuilder's ``init``, ``create api`` and ``create webhook``::
+
+    python -m operator_kit.new NAME --group GROUP --kind KIND [--dir DIR]
+    python -m operator_kit.new add-kind KIND [--group GROUP] [--version V] [--validate] [--mutate]
+    python -m operator_kit.new add-webhook KIND [--validate] [--mutate]
+
+The first writes what a kubebuilder user expects, in Python; its tests, lint and manifests
+pass at once::
 
     NAME/
+      PROJECT             what the project holds (its kinds and webhooks); adding reads it
       Makefile            help (default), manifests, test, lint, run, install, uninstall,
                           wheels, docker-build, deploy, undeploy
       pyproject.toml      the package; its test extra brings pytest, ruff and mypy
@@ -14,13 +21,23 @@ once::
       hack/test.sh        `make test`: the suite against a real API server (a local plane
                           unless OPERATOR_KIT_TEST_KUBECONFIG names one)
       hack/lint.sh        `make lint`: ruff and mypy --strict
-      config/             where `make manifests` writes manifests.yaml
+      config/base/        the kustomize base `make manifests` writes from the code
+      config/default/     the overlay `make deploy` applies (kubectl apply -k); yours
+      config/samples/     a custom resource of each kind: kubectl apply -f config/samples/
       wheels/             operator_kit's wheel for the image (`make wheels`)
-      PACKAGE/__init__.py the custom resource (camelCase JSON, standard Conditions), its
-                          controller, its webhooks, the Operator
+      PACKAGE/__init__.py the Operator, with what `registry` lists; yours
+      PACKAGE/registry.py the kinds, controllers and webhooks; the starter's (do not edit)
+      PACKAGE/KIND.py     the custom resource (camelCase JSON, standard Conditions) and its
+                          controller; KIND_validation.py, KIND_defaulting.py its webhooks
       PACKAGE/__main__.py ``python -m PACKAGE`` runs it; ``--manifests`` prints its YAML
-      tests/              the controller against a real API server, the webhooks, the
-                          manifests, and end to end with `LocalDeployment`
+      tests/              each controller against a real API server, the webhooks, the
+                          manifests and samples, and end to end with `LocalDeployment`
+
+``add-kind`` and ``add-webhook`` (run in the project, or give ``--dir``) write new files
+only, rewrite ``PACKAGE/registry.py`` and ``PROJECT`` (`operator_kit.new.scaffold` says
+how a hand edit there is refused rather than lost), and regenerate ``config/base``. They
+refuse, with one line and exit code 2, a folder that is not such a project, a kind that
+exists, a webhook a kind has.
 
 operator_kit is not on the package index yet, so the image and CI install it from a wheel
 or a path: the Makefile's ``OPERATOR_KIT`` defaults to where this operator_kit was
@@ -28,139 +45,105 @@ installed from (its PEP 610 ``direct_url.json``: a checkout, a wheel, a VCS URL)
 ``make wheels`` runs ``pip wheel`` of it into ``wheels/``, which the Dockerfile's builder
 stage finds with ``--find-links``.
 
-This module holds the generator's logic: the checks of its arguments, the placeholders'
-values and the command line. The files it writes are package data, one plain template per
-file under ``templates/`` (`FILES` maps each written path to its template: ``Makefile`` to
-``templates/Makefile.tmpl``, ``.gitignore`` to ``templates/gitignore.tmpl``, no template
-being a dotfile): what a user gets is what they read there. ``{{name}}``-style
+The files written are package data, one plain template per file under ``templates/``
+(`FILES`, `KIND_FILES` and `WEBHOOK_FILES` map each written path to its template, no
+template being a dotfile): what a user gets is what they read there. ``{{name}}``-style
 placeholders are filled in; nothing else in a template is special.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
-import importlib.resources
-import json
-import keyword
-import re
 import sys
-import urllib.parse
-import urllib.request
 from pathlib import Path
-from typing import Any
 
-from operator_kit.api.names import GROUP as GROUP_PATTERN
-from operator_kit.api.rbac import guess_plural
+from operator_kit.new.scaffold import (
+    FILES,
+    KIND_FILES,
+    WEBHOOK_FILES,
+    Project,
+    ScaffoldError,
+    add_kind,
+    add_webhook,
+    generate,
+    read_template,
+    registry_source,
+    render,
+)
+from operator_kit.new.source import operator_kit_source, source_of
 
-# Each file written (a path template, relative to the project) and its template, relative
-# to this package's templates/ folder; written in this order.
-FILES = {
-    "pyproject.toml": "pyproject.toml.tmpl",
-    "README.md": "README.md.tmpl",
-    "Makefile": "Makefile.tmpl",
-    "Dockerfile": "Dockerfile.tmpl",
-    ".gitignore": "gitignore.tmpl",
-    ".dockerignore": "dockerignore.tmpl",
-    ".github/workflows/ci.yml": "github/workflows/ci.yml.tmpl",
-    "hack/test.sh": "hack/test.sh.tmpl",
-    "hack/lint.sh": "hack/lint.sh.tmpl",
-    "hack/crds.py": "hack/crds.py.tmpl",
-    "wheels/README.md": "wheels/README.md.tmpl",
-    "{{package}}/__init__.py": "package/__init__.py.tmpl",
-    "{{package}}/__main__.py": "package/__main__.py.tmpl",
-    "tests/test_{{package}}.py": "tests/test_package.py.tmpl",
-    "tests/test_e2e.py": "tests/test_e2e.py.tmpl",
-}
+__all__ = ["FILES", "KIND_FILES", "WEBHOOK_FILES", "Project", "ScaffoldError", "add_kind",
+           "add_webhook", "generate", "main", "operator_kit_source", "read_template",
+           "registry_source", "render", "source_of"]
 
-_PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
-_EXECUTABLE = (".sh",)
+PROG = "python -m operator_kit.new"
+COMMANDS = ("add-kind", "add-webhook")
 
 
-def read_template(name: str) -> str:
-    """The text of the template `name` (e.g. ``"hack/test.sh.tmpl"``), read from this
-    package's data (``templates/``) wherever it is installed."""
-    resource = importlib.resources.files("operator_kit.new") / "templates"
-    for part in name.split("/"):
-        resource = resource / part
-    return resource.read_text(encoding="utf-8")
+def _webhook_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--validate", action="store_true",
+                        help="a validating webhook (KIND_validation.py)")
+    parser.add_argument("--mutate", action="store_true",
+                        help="a mutating (defaulting) webhook (KIND_defaulting.py)")
+    parser.add_argument("--dir", default=".", help="the project (default: the current folder)")
 
 
-def render(template: str, values: dict[str, str]) -> str:
-    """`template` with each ``{{key}}`` replaced by ``values[key]``."""
-    return _PLACEHOLDER.sub(lambda match: values[match.group(1)], template.removeprefix("\n"))
+def _hooks(args: argparse.Namespace) -> tuple[str, ...]:
+    return tuple(hook for hook in ("validate", "mutate") if getattr(args, hook))
 
 
-def operator_kit_source() -> str:
-    """What ``pip wheel`` should build operator_kit's wheel from: where the installed one came
-    from (PEP 610's ``direct_url.json``), else the checkout this module is imported from,
-    else the package name (a package index)."""
-    for distribution in importlib.metadata.distributions(name="operator_kit"):
-        text = distribution.read_text("direct_url.json")  # absent from an in-tree egg-info
-        if text:
-            return source_of(json.loads(text))
-    checkout = Path(__file__).resolve().parents[2]  # CHECKOUT/operator_kit/new/__init__.py
-    if (checkout / "setup.cfg").exists() or (checkout / "pyproject.toml").exists():
-        return str(checkout)
-    return "operator_kit"
-
-
-def source_of(direct_url: dict[str, Any]) -> str:
-    """A pip requirement (or path) for operator_kit from a PEP 610 ``direct_url.json``: a
-    checkout's or a wheel's path, ``operator_kit @ git+URL@REV``, ``operator_kit @ URL``."""
-    url = str(direct_url.get("url", ""))
-    vcs = direct_url.get("vcs_info")
-    if vcs is not None:
-        revision = vcs.get("requested_revision") or vcs.get("commit_id")
-        return f"operator_kit @ {vcs['vcs']}+{url}" + (f"@{revision}" if revision else "")
-    if url.startswith("file://"):
-        return urllib.request.url2pathname(urllib.parse.urlparse(url).path)
-    if url:
-        return f"operator_kit @ {url}"
-    return "operator_kit"
-
-
-def generate(name: str, group: str, kind: str, directory: Path) -> list[Path]:
-    """Write the project for `name` into `directory`; the files written."""
-    if not re.fullmatch(r"[a-z][a-z0-9-]*[a-z0-9]", name):
-        raise ValueError(f"project name {name!r} must be lower-case letters, digits and "
-                         "dashes, e.g. my-operator")
-    if not GROUP_PATTERN.fullmatch(group):  # what CustomResource itself accepts
-        raise ValueError(f"group {group!r} must be a DNS name with a dot, e.g. my.example.com")
-    if not re.fullmatch(r"[A-Z][A-Za-z0-9]*", kind) or keyword.iskeyword(kind):
-        raise ValueError(f"kind {kind!r} must be CamelCase, e.g. Widget")
-    if directory.exists() and any(directory.iterdir()):
-        raise FileExistsError(f"{directory} exists and is not empty; choose another --dir")
-    values = {"name": name, "package": name.replace("-", "_"), "group": group, "kind": kind,
-              "plural": guess_plural(kind), "singular": kind.lower(),
-              "operator_kit": operator_kit_source()}
-    written = []
-    for path_template, template_name in FILES.items():
-        path = directory / render(path_template, values)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(render(read_template(template_name), values))
-        if path.suffix in _EXECUTABLE:
-            path.chmod(0o755)
-        written.append(path)
-    return written
-
-
-def main(argv: list[str] | None = None) -> int:
-    """The command line: write the project, list its files; 2 on a bad argument."""
-    parser = argparse.ArgumentParser(prog="python -m operator_kit.new",
-                                     description="Start a new operator project.")
+def _parse(argv: list[str]) -> tuple[str, argparse.Namespace]:
+    if argv and argv[0] in COMMANDS:
+        command, rest = argv[0], argv[1:]
+        parser = argparse.ArgumentParser(prog=f"{PROG} {command}")
+        if command == "add-kind":
+            parser.description = ("Add a kind to the project: its custom resource and "
+                                  "controller, their test and a sample, registered with the "
+                                  "Operator; the manifests are regenerated.")
+            parser.add_argument("kind", metavar="KIND", help="CamelCase, e.g. Gizmo")
+            parser.add_argument("--group", help="its API group (default: the project's)")
+            parser.add_argument("--version", default="v1", help="its API version (default v1)")
+        else:
+            parser.description = ("Add a validating and/or mutating webhook to a kind of the "
+                                  "project, registered with the Operator; the manifests are "
+                                  "regenerated.")
+            parser.add_argument("kind", metavar="KIND", help="a kind of the project")
+        _webhook_flags(parser)
+        return command, parser.parse_args(rest)
+    parser = argparse.ArgumentParser(
+        prog=PROG, description="Start a new operator project.",
+        epilog=f"then, in the project: {PROG} add-kind KIND [--validate] [--mutate]; "
+        f"{PROG} add-webhook KIND --validate --mutate (see --help of each)")
     parser.add_argument("name", help="project name, e.g. my-operator")
     parser.add_argument("--group", required=True, help="API group, e.g. my.example.com")
     parser.add_argument("--kind", required=True, help="the custom resource's kind, e.g. Widget")
     parser.add_argument("--dir", help="where to write it (default: ./NAME)")
-    args = parser.parse_args(argv)
-    directory = Path(args.dir or args.name)
+    return "new", parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line: write the files, list them; 2 on a bad argument or a refusal, 1
+    when the manifests cannot be regenerated."""
+    command, args = _parse(sys.argv[1:] if argv is None else argv)
     try:
-        files = generate(args.name, args.group, args.kind, directory)
-    except (ValueError, FileExistsError) as err:
+        if command == "add-kind":
+            written = add_kind(Path(args.dir), args.kind, group=args.group,
+                               version=args.version, webhooks=_hooks(args))
+        elif command == "add-webhook":
+            written = add_webhook(Path(args.dir), args.kind, _hooks(args))
+        else:
+            directory = Path(args.dir or args.name)
+            written = generate(args.name, args.group, args.kind, directory)
+    except ScaffoldError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    for path in files:
+    except RuntimeError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    for path in written:
         print(f"wrote {path}")
-    print(f"\nnext: cd {directory} && pip install -e '.[test]' && make test lint")
+    if command == "new":
+        print(f"\nnext: cd {directory} && pip install -e '.[test]' && make test lint")
+    else:
+        print("\nnext: make test lint")
     return 0

@@ -53,52 +53,84 @@ def finish(process: subprocess.Popen[str], timeout: float = 420) -> str:
     return output
 
 
-def test_generated_project_passes_its_own_make_test_lint_and_manifests(
+def add(project: Path, *args: str) -> None:
+    result = subprocess.run([sys.executable, "-m", "operator_kit.new", *args, "--dir",
+                             str(project)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+
+
+def test_generated_project_with_an_added_kind_and_webhook_passes_its_make_targets(
         cluster: TestCluster, tmp_path: Path) -> None:
+    """make test lint manifests deploy undeploy of a project that grew a second kind
+    (add-kind) and a webhook of it (add-webhook), against the suite's API server."""
     project = new_project(tmp_path, "gadget-operator", "gadgets.starter.test", "Gadget")
+    add(project, "add-kind", "Gizmo", "--group", "gizmos.starter.test")
+    add(project, "add-webhook", "Gizmo", "--validate")
     env = project_env(project, cluster)
     # lint and test at once: the machine waits on the API server more than it computes.
     lint = make(project, "lint", env=env)
     tests = make(project, "test", "PYTEST_ARGS=-q -p no:cacheprovider -rs", env=env)
     test_output = finish(tests)
-    assert "6 passed" in test_output and "skipped" not in test_output, test_output
+    # Gadget: controller 2, webhooks 3; Gizmo: controller 2, webhook 2; manifests and
+    # samples 2; end to end (every sample admitted by the webhooks and Ready) 1.
+    assert "12 passed" in test_output and "skipped" not in test_output, test_output
     lint_output = finish(lint)
     assert "Success: no issues found" in lint_output
 
-    finish(make(project, "manifests", "NAMESPACE=gadgets", "IMG=registry.test/gadget:1",
-                env=env))
-    docs = list(yaml.safe_load_all((project / "config/manifests.yaml").read_text()))
-    [deployment] = [doc for doc in docs if doc["kind"] == "Deployment"]
-    assert deployment["metadata"]["namespace"] == "gadgets"
+    kubectl = find_or_build(log=False).kubectl
+    assert kubectl is not None, "the local plane's binaries include kubectl"
+    namespace = f"gadgets-{os.getpid()}"
+    args = (f"KUBECTL={kubectl}", f"NAMESPACE={namespace}", "IMG=registry.test/gadget:1")
+    env = dict(env, KUBECONFIG=cluster.kubeconfig)
+    finish(make(project, "manifests", *args, env=env))
+    base = project / "config/base"
+    [deployment] = [
+        doc for doc in yaml.safe_load_all((base / "deployment.yaml").read_text())
+        if doc["kind"] == "Deployment"]
+    assert deployment["metadata"]["namespace"] == namespace
     assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == \
         "registry.test/gadget:1"
-    [crd] = [doc for doc in docs if doc["kind"] == "CustomResourceDefinition"]
-    status = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+    crds = {doc["metadata"]["name"]: doc for doc in
+            yaml.safe_load_all((base / "crds.yaml").read_text())}
+    assert set(crds) == {"gadgets.gadgets.starter.test", "gizmos.gizmos.starter.test"}
+    status = crds["gadgets.gadgets.starter.test"]["spec"]["versions"][0]["schema"][
+        "openAPIV3Schema"]["properties"]["status"]
     assert {"observedGeneration", "configMapName", "conditions"} <= set(status["properties"])
     assert status["properties"]["conditions"]["x-kubernetes-list-type"] == "map"
 
-
-def test_make_deploy_applies_the_manifests_with_kubectl_and_undeploy_deletes_them(
-        cluster: TestCluster, tmp_path: Path) -> None:
-    kubectl = find_or_build(log=False).kubectl
-    assert kubectl is not None, "the local plane's binaries include kubectl"
-    project = new_project(tmp_path, "sprocket-operator", "sprockets.starter.test", "Sprocket")
-    env = dict(project_env(project), KUBECONFIG=cluster.kubeconfig)
-    namespace = f"sprockets-{os.getpid()}"
-    args = (f"KUBECTL={kubectl}", f"NAMESPACE={namespace}", "IMG=registry.test/sprocket:1")
-    crd_path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/sprockets." \
-        "sprockets.starter.test"
+    crd_paths = [f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+                 for name in crds]
+    deployment_path = f"/apis/apps/v1/namespaces/{namespace}/deployments/gadget-operator"
+    samples = [f"/apis/gadgets.starter.test/v1/namespaces/{namespace}/gadgets/gadget-sample",
+               f"/apis/gizmos.starter.test/v1/namespaces/{namespace}/gizmos/gizmo-sample"]
     try:
-        finish(make(project, "deploy", *args, env=env))
-        deployment = cluster.api.get(
-            f"/apis/apps/v1/namespaces/{namespace}/deployments/sprocket-operator")
-        assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == \
-            "registry.test/sprocket:1"
-        assert cluster.exists(crd_path)
-        finish(make(project, "undeploy", *args, env=env))
-        assert not cluster.exists(
-            f"/apis/apps/v1/namespaces/{namespace}/deployments/sprocket-operator")
-        eventually(60, lambda: not cluster.exists(crd_path), message="the CRD deleted")
+        # The first kubectl apply -f config/samples/ works: the CRDs (make install) accept
+        # the samples as written (the webhooks admit them too: the project's test_e2e).
+        finish(make(project, "install", *args, env=env))
+        cluster.api.request("POST", "/api/v1/namespaces",
+                            body={"metadata": {"name": namespace}})
+        applied_samples = subprocess.run(
+            [kubectl, "apply", "-n", namespace, "-f", "config/samples/"], cwd=project, env=env,
+            capture_output=True, text=True, check=False)
+        assert applied_samples.returncode == 0, applied_samples.stderr
+        assert all(cluster.exists(path) for path in samples)
+        finish(make(project, "deploy", *args, env=env))  # kubectl apply -k config/default
+        applied = cluster.api.get(deployment_path)
+        assert applied["spec"]["template"]["spec"]["containers"][0]["image"] == \
+            "registry.test/gadget:1"
+        assert all(cluster.exists(path) for path in crd_paths)
+        webhooks = cluster.api.get("/apis/admissionregistration.k8s.io/v1/"
+                                   "validatingwebhookconfigurations/gadget-operator")
+        assert {"/validate-gadget", "/validate-gizmo"} <= {
+            w["clientConfig"]["service"]["path"] for w in webhooks["webhooks"]}
+        undeployed = finish(make(project, "undeploy", *args, env=env))
+        # the custom objects went first, while the operator would still run their cleanups
+        assert undeployed.index("deleting every gadgets.gadgets.starter.test") < \
+            undeployed.index("delete --ignore-not-found -k config/default"), undeployed
+        assert not any(cluster.exists(path) for path in samples)
+        assert not cluster.exists(deployment_path)
+        eventually(60, lambda: not any(cluster.exists(path) for path in crd_paths),
+                   message="the CRDs deleted")
     finally:
         Namespace(namespace, cluster).delete()
 

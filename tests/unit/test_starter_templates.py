@@ -18,7 +18,16 @@ import dockerfile
 import pytest
 import yaml
 
-from operator_kit.new import FILES, generate, render, source_of
+from operator_kit.new import (
+    FILES,
+    KIND_FILES,
+    WEBHOOK_FILES,
+    Project,
+    generate,
+    read_template,
+    render,
+    source_of,
+)
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +41,11 @@ def test_the_project_has_what_a_kubebuilder_user_expects(project: Path) -> None:
     files = {str(p.relative_to(project)) for p in project.rglob("*") if p.is_file()}
     assert {"Makefile", "Dockerfile", ".gitignore", ".dockerignore", "README.md",
             ".github/workflows/ci.yml", "pyproject.toml", "gadget_operator/__init__.py",
-            "tests/test_e2e.py", "hack/test.sh", "hack/lint.sh"} <= files
+            "tests/test_e2e.py", "hack/test.sh", "hack/lint.sh", "PROJECT",
+            "gadget_operator/registry.py", "gadget_operator/gadget.py",
+            "gadget_operator/gadget_validation.py", "gadget_operator/gadget_defaulting.py",
+            "config/default/kustomization.yaml", "config/base/kustomization.yaml",
+            "config/base/crds.yaml", "config/samples/gadgets.starter.test_v1_gadget.yaml"} <= files
     assert (project / "hack/test.sh").stat().st_mode & stat.S_IXUSR
     for path in files:
         assert "{{" not in (project / path).read_text().replace("${{ ", ""), path
@@ -52,14 +65,16 @@ def test_each_template_is_package_data_and_written_once() -> None:
                 folders.append((entry, f"{prefix}{entry.name}/"))
             else:
                 shipped.add(f"{prefix}{entry.name}")
-    assert shipped == set(FILES.values())
-    assert len(shipped) == len(FILES)  # one template per file written
+    per_project = list(FILES.values()) + list(KIND_FILES.values()) + [
+        template for files in WEBHOOK_FILES.values() for template in files.values()]
+    assert shipped == set(per_project)
+    assert len(shipped) == len(per_project)  # one template per file written
     # No dotfile (``.gitignore`` is gitignore.tmpl): a glob or a tool may skip hidden names.
     assert all(name.endswith(".tmpl") and "/." not in f"/{name}" for name in shipped)
 
 
 def test_the_resource_uses_camel_case_and_standard_conditions(project: Path) -> None:
-    source = (project / "gadget_operator/__init__.py").read_text()
+    source = (project / "gadget_operator/gadget.py").read_text()
     assert 'json_names = "camelCase"' in source
     assert "conditions: Conditions" in source and "set_condition(" in source
 
@@ -118,6 +133,50 @@ def test_ci_workflow_runs_lint_and_test(project: Path) -> None:
     runs = {job: [step.get("run", "") for step in spec["steps"]]
             for job, spec in workflow["jobs"].items()}
     assert "make lint" in runs["lint"] and "make test" in runs["test"]
+    assert all("bash hack/ci-install.sh" in job_runs for job_runs in runs.values())
+
+
+def test_ci_caches_the_plane_binaries_per_kubernetes_version(project: Path) -> None:
+    steps = yaml.safe_load((project / ".github/workflows/ci.yml").read_text())["jobs"][
+        "test"]["steps"]
+    [cache] = [step for step in steps if step.get("uses", "").startswith("actions/cache")]
+    assert cache["with"]["key"].endswith("-kubernetes-${{ env.KUBERNETES_VERSION }}")
+    # The step before it writes KUBERNETES_VERSION: the plane's version, run as CI runs it.
+    [version] = [s["run"] for s in steps if "KUBERNETES_VERSION=" in s.get("run", "")]
+    assert steps.index(cache) > [s.get("run") for s in steps].index(version)
+    for asked, expected in (("", None), ("1.35", "1.35")):
+        out = subprocess.run(["bash", "-c", version], capture_output=True, text=True,
+                             env=dict(os.environ, GITHUB_ENV="/dev/stdout",
+                                      OPERATOR_KIT_KUBERNETES_VERSION=asked), check=True)
+        [line] = out.stdout.splitlines()
+        assert line.startswith("KUBERNETES_VERSION=")
+        value = line.split("=", 1)[1]
+        assert value == expected if expected else value.startswith("v1.")
+
+
+def test_ci_install_without_a_wheel_or_a_requirement_says_what_to_do(project: Path) -> None:
+    result = subprocess.run(["bash", "hack/ci-install.sh"], cwd=project, capture_output=True,
+                            text=True, env=dict(os.environ, OPERATOR_KIT=""), check=False)
+    assert result.returncode == 1
+    assert "set the repository variable OPERATOR_KIT" in result.stderr
+    assert "git add -f wheels/operator_kit-*.whl" in result.stderr
+
+
+@pytest.mark.parametrize(("source", "ci_default"), [
+    ("operator_kit @ git+https://example.test/ok.git@v1",
+     "operator_kit @ git+https://example.test/ok.git@v1"),
+    ("/home/me/operator_kit", ""),  # a path on this machine: CI cannot reach it
+])
+def test_ci_defaults_to_where_operator_kit_came_from_only_when_ci_can_fetch_it(
+        monkeypatch: pytest.MonkeyPatch, source: str, ci_default: str) -> None:
+    import operator_kit.new.source
+
+    monkeypatch.setattr(operator_kit.new.source, "operator_kit_source", lambda: source)
+    values = Project(Path("x"), "x-operator", "x.example.com").values()
+    assert values["operator_kit_ci"] == ci_default
+    workflow = render(read_template("github/workflows/ci.yml.tmpl"), values)
+    assert yaml.safe_load(workflow)["env"]["OPERATOR_KIT"] == \
+        f"${{{{ vars.OPERATOR_KIT || '{ci_default}' }}}}"
 
 
 def test_make_lists_the_targets_by_default(project: Path) -> None:
@@ -127,8 +186,8 @@ def test_make_lists_the_targets_by_default(project: Path) -> None:
             "undeploy"} <= listed
     deploy = subprocess.run(["make", "-n", "deploy", "NAMESPACE=ns", "KUBECTL=kc"],
                             cwd=project, capture_output=True, text=True, check=True).stdout
-    assert "kc create namespace ns" in deploy
-    assert "kc apply --server-side -f config/manifests.yaml" in deploy
+    assert "--kustomize config/base" in deploy  # make manifests first
+    assert "kc apply --server-side -k config/default" in deploy
     build = subprocess.run(["make", "-n", "docker-build", "IMG=img:1", "OPERATOR_KIT=/ok"],
                            cwd=project, capture_output=True, text=True, check=True).stdout
     assert 'pip wheel --quiet --no-deps --wheel-dir wheels "/ok"' in build

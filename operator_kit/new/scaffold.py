@@ -1,0 +1,331 @@
+"""What the starter writes: a project (`generate`), a kind (`add_kind`), a webhook
+(`add_webhook`), each from the templates under ``templates/``.
+
+A generated project records what it holds in ``PROJECT`` (YAML, as kubebuilder's file of
+that name): its name, package and group, and each kind with its webhooks. Adding reads it
+and refuses (`ScaffoldError`) a folder without one, a kind it holds already, or a webhook
+the kind has. The generator owns two things only, and rewrites them from ``PROJECT``:
+
+- ``PACKAGE/registry.py``: the kinds, a controller of each and the webhooks, which the
+  user's ``PACKAGE/__init__.py`` hands to its Operator. Adding refuses when it was edited
+  by hand (it no longer reads as ``PROJECT`` says), so no user edit is ever overwritten.
+- ``config/base/``: the manifests, written by the project's own ``python -m PACKAGE
+  --manifests --kustomize config/base`` (what ``make manifests`` runs).
+
+Every other file is written once, new, and is the user's from then on.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import keyword
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from operator_kit.api.names import GROUP as GROUP_PATTERN
+from operator_kit.api.rbac import guess_plural
+
+__all__ = ["FILES", "KIND_FILES", "LAYOUT", "WEBHOOK_FILES", "Kind", "Project",
+           "ScaffoldError", "add_kind", "add_webhook", "generate", "read_template",
+           "registry_source", "render"]
+
+LAYOUT = "operator_kit.new/v1"
+"""The ``layout`` of a ``PROJECT`` file this starter can add to."""
+
+# Each file written once per project (a path template, relative to the project) and its
+# template, relative to templates/; written in this order.
+FILES = {
+    "pyproject.toml": "pyproject.toml.tmpl",
+    "README.md": "README.md.tmpl",
+    "Makefile": "Makefile.tmpl",
+    "Dockerfile": "Dockerfile.tmpl",
+    ".gitignore": "gitignore.tmpl",
+    ".dockerignore": "dockerignore.tmpl",
+    ".github/workflows/ci.yml": "github/workflows/ci.yml.tmpl",
+    "hack/test.sh": "hack/test.sh.tmpl",
+    "hack/lint.sh": "hack/lint.sh.tmpl",
+    "hack/ci-install.sh": "hack/ci-install.sh.tmpl",
+    "wheels/README.md": "wheels/README.md.tmpl",
+    "config/default/kustomization.yaml": "config/default/kustomization.yaml.tmpl",
+    "{{package}}/__init__.py": "package/__init__.py.tmpl",
+    "{{package}}/__main__.py": "package/__main__.py.tmpl",
+    "tests/test_manifests.py": "tests/test_manifests.py.tmpl",
+    "tests/test_e2e.py": "tests/test_e2e.py.tmpl",
+}
+# Per kind: its type and controller, their test, a sample custom resource.
+KIND_FILES = {
+    "{{package}}/{{module}}.py": "kind/kind.py.tmpl",
+    "tests/test_{{module}}.py": "kind/test_kind.py.tmpl",
+    "config/samples/{{group}}_{{version}}_{{singular}}.yaml": "kind/sample.yaml.tmpl",
+}
+# Per webhook (``validate`` or ``mutate``) of a kind: its handler and their test.
+WEBHOOK_FILES = {
+    "validate": {"{{package}}/{{module}}_validation.py": "webhook/validation.py.tmpl",
+                 "tests/test_{{module}}_validation.py": "webhook/test_validation.py.tmpl"},
+    "mutate": {"{{package}}/{{module}}_defaulting.py": "webhook/defaulting.py.tmpl",
+               "tests/test_{{module}}_defaulting.py": "webhook/test_defaulting.py.tmpl"},
+}
+_HANDLERS = {"validate": ("validation", "validate"), "mutate": ("defaulting", "default")}
+
+_PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
+_EXECUTABLE = (".sh",)
+_LINE = 100  # the generated project's ruff line-length
+
+
+class ScaffoldError(ValueError):
+    """A request the starter refuses: the message says what is wrong and what to do."""
+
+
+@dataclass
+class Kind:
+    """One kind of a generated project, as ``PROJECT`` lists it."""
+
+    kind: str
+    group: str
+    version: str = "v1"
+    webhooks: list[str] = field(default_factory=list)
+
+    @property
+    def module(self) -> str:
+        """The module of its type and controller (``Widget`` -> ``widget``)."""
+        return re.sub(r"(?<!^)(?=[A-Z])", "_", self.kind).lower()
+
+
+@dataclass
+class Project:
+    """A generated project: what its ``PROJECT`` file says, and where it is."""
+
+    directory: Path
+    name: str
+    group: str
+    kinds: list[Kind] = field(default_factory=list)
+
+    @property
+    def package(self) -> str:
+        """The Python package (``my-operator`` -> ``my_operator``)."""
+        return self.name.replace("-", "_")
+
+    def values(self, kind: Kind | None = None) -> dict[str, str]:
+        """The placeholders' values, for the project and (given) one of its kinds."""
+        from operator_kit.new.source import operator_kit_source
+
+        source = operator_kit_source()
+        values = {"name": self.name, "package": self.package, "group": self.group,
+                  "operator_kit": source,
+                  # CI can fetch only a URL (git+https://..., https://...whl), no local path
+                  "operator_kit_ci": source if source.startswith("operator_kit @ ") else ""}
+        if kind is not None:
+            values.update(kind=kind.kind, group=kind.group, version=kind.version,
+                          module=kind.module, plural=guess_plural(kind.kind),
+                          singular=kind.kind.lower())
+        else:
+            values.update(module=self.kinds[0].module if self.kinds else "")
+        return values
+
+    def save(self) -> None:
+        """Write ``PROJECT``."""
+        data = {"layout": LAYOUT, "projectName": self.name, "group": self.group,
+                "resources": [{"kind": k.kind, "group": k.group, "version": k.version,
+                               "webhooks": list(k.webhooks)} for k in self.kinds]}
+        text = ("# Written by python -m operator_kit.new; its add-kind and add-webhook "
+                "read and extend it.\n" + yaml.safe_dump(data, sort_keys=False))
+        (self.directory / "PROJECT").write_text(text)
+
+    @classmethod
+    def load(cls, directory: Path) -> Project:
+        """The project in `directory`; `ScaffoldError` if none was generated there."""
+        path = directory / "PROJECT"
+        hint = ("run this in the folder `python -m operator_kit.new NAME` created, or "
+                "give it with --dir")
+        if not path.is_file():
+            raise ScaffoldError(f"{directory} is not a project of python -m operator_kit.new "
+                                f"(it has no PROJECT file): {hint}")
+        try:
+            data: Any = yaml.safe_load(path.read_text())
+            if data.get("layout") != LAYOUT:
+                raise ScaffoldError(f"{path} has layout {data.get('layout')!r}, not "
+                                    f"{LAYOUT!r}: {hint}")
+            kinds = [Kind(r["kind"], r["group"], r["version"], list(r.get("webhooks", [])))
+                     for r in data.get("resources") or []]
+            return cls(directory, data["projectName"], data["group"], kinds)
+        except (yaml.YAMLError, AttributeError, KeyError, TypeError) as err:
+            raise ScaffoldError(f"{path} does not read as a PROJECT file ({err!r}); "
+                                "restore it from version control") from None
+
+    def find(self, kind: str) -> Kind | None:
+        """The kind named `kind` (e.g. ``Widget``), or None."""
+        return next((k for k in self.kinds if k.kind == kind), None)
+
+
+def read_template(name: str) -> str:
+    """The text of the template `name` (e.g. ``"hack/test.sh.tmpl"``), read from this
+    package's data (``templates/``) wherever it is installed."""
+    resource = importlib.resources.files("operator_kit.new") / "templates"
+    for part in name.split("/"):
+        resource = resource / part
+    return resource.read_text(encoding="utf-8")
+
+
+def render(template: str, values: dict[str, str]) -> str:
+    """`template` with each ``{{key}}`` replaced by ``values[key]``."""
+    return _PLACEHOLDER.sub(lambda match: values[match.group(1)], template.removeprefix("\n"))
+
+
+def registry_source(project: Project) -> str:
+    """The text of ``PACKAGE/registry.py`` for what `project` holds."""
+    package = project.package
+    modules = sorted({k.module for k in project.kinds}
+                     | {f"{k.module}_{_HANDLERS[w][0]}" for k in project.kinds
+                        for w in k.webhooks})
+    imports = f"from {package} import {', '.join(modules)}"
+    if len(imports) > _LINE:
+        imports = f"from {package} import (\n" + "".join(f"    {m},\n" for m in modules) + ")"
+    kinds = "".join(f"    {k.module}.{k.kind},\n" for k in project.kinds)
+    controllers = "".join(f"        {k.module}.{k.kind}Controller(),\n" for k in project.kinds)
+    registrations = "".join(
+        f"    webhooks.{hook}({k.module}.{k.kind}, \"/{hook}-{k.kind.lower()}\")"
+        f"({k.module}_{_HANDLERS[hook][0]}.{_HANDLERS[hook][1]})\n"
+        for k in project.kinds for hook in ("validate", "mutate") if hook in k.webhooks)
+    return (
+        '"""The kinds, controllers and webhooks `python -m operator_kit.new` wrote.\n\n'
+        "Written from PROJECT by the starter: do not edit. ``add-kind`` and ``add-webhook``\n"
+        "rewrite it (and refuse to once it was edited); add your own controllers and\n"
+        'webhooks in __init__.py instead.\n"""\n\n'
+        "from __future__ import annotations\n\n"
+        "from typing import Any\n\n"
+        "from operator_kit import Controller, CustomResource, Webhooks\n\n"
+        f"{imports}\n\n"
+        f"KINDS: list[type[CustomResource]] = [\n{kinds}]\n\n\n"
+        "def controllers() -> list[Controller[Any]]:\n"
+        '    """A new controller of each kind."""\n'
+        f"    return [\n{controllers}    ]\n\n\n"
+        "def register_webhooks(webhooks: Webhooks) -> None:\n"
+        '    """Register each webhook on `webhooks` (the Operator\'s)."""\n'
+        + (registrations or "    del webhooks  # none yet: add-webhook KIND adds one\n"))
+
+
+def _write(project: Project, files: dict[str, str], values: dict[str, str]) -> list[Path]:
+    """Write `files` (path template -> template); refuse, writing nothing, if one exists."""
+    paths = {project.directory / render(p, values): t for p, t in files.items()}
+    for path in paths:
+        if path.exists():
+            raise ScaffoldError(f"{path} exists already; the starter writes only new files: "
+                                "move it aside and run this again")
+    for path, template in paths.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(render(read_template(template), values))
+        if path.suffix in _EXECUTABLE:
+            path.chmod(0o755)
+    return list(paths)
+
+
+def _check_registry(project: Project) -> Path:
+    path = project.directory / project.package / "registry.py"
+    if path.exists() and path.read_text() != registry_source(project):
+        raise ScaffoldError(f"{path} was edited by hand; the starter owns it and would lose "
+                            "the edit: move your change to __init__.py and restore the file "
+                            "from version control, then run this again")
+    return path
+
+
+def _update(project: Project, registry: Path) -> list[Path]:
+    """Save PROJECT, rewrite the registry and regenerate config/base."""
+    project.save()
+    registry.write_text(registry_source(project))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        filter(None, [str(project.directory.resolve()), os.environ.get("PYTHONPATH")])))
+    result = subprocess.run(
+        [sys.executable, "-m", project.package, "--manifests", "--kustomize", "config/base"],
+        cwd=project.directory, env=env, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"`make manifests` failed after the files were written; fix the "
+                           f"error and run it:\n{result.stderr.strip()[-3000:]}")
+    return [project.directory / "PROJECT", registry, project.directory / "config/base"]
+
+
+def check_kind(kind: str) -> None:
+    """`ScaffoldError` unless `kind` is a CamelCase kind name."""
+    if not re.fullmatch(r"[A-Z][A-Za-z0-9]*", kind) or keyword.iskeyword(kind):
+        raise ScaffoldError(f"kind {kind!r} must be CamelCase, e.g. Widget")
+
+
+def check_group(group: str) -> None:
+    """`ScaffoldError` unless `group` is an API group a CustomResource accepts."""
+    if not GROUP_PATTERN.fullmatch(group):
+        raise ScaffoldError(f"group {group!r} must be a DNS name with a dot, e.g. "
+                            "my.example.com")
+
+
+def add_kind(directory: Path, kind: str, *, group: str | None = None, version: str = "v1",
+             webhooks: tuple[str, ...] = ()) -> list[Path]:
+    """Add `kind` (its type and controller, a test, a sample) to the project in
+    `directory`, with `webhooks` (``validate``, ``mutate``); the paths written."""
+    project = Project.load(directory)
+    check_kind(kind)
+    check_group(group or project.group)
+    if not re.fullmatch(r"v\d+((alpha|beta)\d+)?", version):
+        raise ScaffoldError(f"version {version!r} must be a Kubernetes API version, e.g. v1 "
+                            "or v1alpha1")
+    existing = project.find(kind)
+    if existing is not None:
+        raise ScaffoldError(f"kind {kind} exists already ({existing.group}/{existing.version}"
+                            f", {project.package}/{existing.module}.py); add a webhook to it "
+                            f"with add-webhook {kind}, or choose another name")
+    new = Kind(kind, group or project.group, version)
+    if any(k.module == new.module for k in project.kinds):
+        raise ScaffoldError(f"kind {kind} would share the module {new.module}.py with another "
+                            "kind; choose another name")
+    registry = _check_registry(project)
+    written = _write(project, KIND_FILES, project.values(new))
+    project.kinds.append(new)
+    for hook in webhooks:
+        written += _write(project, WEBHOOK_FILES[hook], project.values(new))
+        new.webhooks.append(hook)
+    return written + _update(project, registry)
+
+
+def add_webhook(directory: Path, kind: str, webhooks: tuple[str, ...]) -> list[Path]:
+    """Add the `webhooks` (``validate``, ``mutate``) of `kind` to the project in
+    `directory`; the paths written."""
+    project = Project.load(directory)
+    if not webhooks:
+        raise ScaffoldError("say which webhook to add: --validate, --mutate or both")
+    target = project.find(kind)
+    if target is None:
+        known = ", ".join(k.kind for k in project.kinds) or "none"
+        raise ScaffoldError(f"the project has no kind {kind} (it has: {known}); add it first "
+                            f"with add-kind {kind}")
+    for hook in webhooks:
+        if hook in target.webhooks:
+            module = f"{target.module}_{_HANDLERS[hook][0]}.py"
+            raise ScaffoldError(f"{kind} has a {hook} webhook already ({project.package}/"
+                                f"{module}); change that file instead")
+    registry = _check_registry(project)
+    written: list[Path] = []
+    for hook in webhooks:
+        written += _write(project, WEBHOOK_FILES[hook], project.values(target))
+        target.webhooks.append(hook)
+    return written + _update(project, registry)
+
+
+def generate(name: str, group: str, kind: str, directory: Path) -> list[Path]:
+    """Write the project `name` into `directory`, with `kind` and its validating and
+    mutating webhooks; the files written."""
+    if not re.fullmatch(r"[a-z][a-z0-9-]*[a-z0-9]", name):
+        raise ScaffoldError(f"project name {name!r} must be lower-case letters, digits and "
+                            "dashes, e.g. my-operator")
+    check_group(group)
+    check_kind(kind)
+    if directory.exists() and any(directory.iterdir()):
+        raise ScaffoldError(f"{directory} exists and is not empty; choose another --dir")
+    project = Project(directory, name, group)
+    written = _write(project, FILES, project.values(Kind(kind, group)))
+    project.save()
+    return written + add_kind(directory, kind, webhooks=("validate", "mutate"))

@@ -1,0 +1,135 @@
+"""``python -m operator_kit.new add-kind / add-webhook``: new files only, the registry and
+PROJECT rewritten, and one-line refusals (exit 2) for what cannot be added.
+
+The added kind's and webhook's code passes the project's own make test and lint against a
+real API server in tests/cluster/test_starter.py.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from operator_kit.new import Project, generate, main, registry_source
+from operator_kit.new.scaffold import Kind
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("adding") / "gadget-operator"
+    generate("gadget-operator", "gadgets.starter.test", "Gadget", directory)
+    return directory
+
+
+@pytest.fixture
+def project(generated: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "gadget-operator"
+    shutil.copytree(generated, copy)
+    return copy
+
+
+def snapshot(project: Path) -> dict[str, str]:
+    return {str(p.relative_to(project)): p.read_text() for p in project.rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts}
+
+
+def test_add_kind_writes_new_files_and_keeps_every_user_edit(
+        project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for mine in ("gadget_operator/gadget.py", "gadget_operator/__init__.py",
+                 "config/default/kustomization.yaml", "Makefile"):
+        (project / mine).write_text((project / mine).read_text() + "# my own line\n")
+    before = snapshot(project)
+    assert main(["add-kind", "Gizmo", "--group", "gizmos.starter.test", "--version",
+                 "v1alpha1", "--validate", "--dir", str(project)]) == 0
+    after = snapshot(project)
+    changed = {path for path in before if before[path] != after.get(path)}
+    assert changed <= {"PROJECT", "gadget_operator/registry.py"} | {
+        p for p in before if p.startswith("config/base/")}
+    assert set(after) - set(before) >= {
+        "gadget_operator/gizmo.py", "gadget_operator/gizmo_validation.py",
+        "tests/test_gizmo.py", "tests/test_gizmo_validation.py",
+        "config/samples/gizmos.starter.test_v1alpha1_gizmo.yaml"}
+    assert "gadget_operator/gizmo_defaulting.py" not in after
+    registry = after["gadget_operator/registry.py"]
+    assert "gizmo.GizmoController()" in registry and "gadget.GadgetController()" in registry
+    assert 'webhooks.validate(gizmo.Gizmo, "/validate-gizmo")(gizmo_validation.validate)' \
+        in registry
+    crds = [doc["metadata"]["name"] for doc in yaml.safe_load_all(after["config/base/crds.yaml"])]
+    assert sorted(crds) == ["gadgets.gadgets.starter.test", "gizmos.gizmos.starter.test"]
+    sample = yaml.safe_load(after["config/samples/gizmos.starter.test_v1alpha1_gizmo.yaml"])
+    assert (sample["apiVersion"], sample["kind"]) == ("gizmos.starter.test/v1alpha1", "Gizmo")
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_add_webhook_adds_only_the_webhooks_asked_for(project: Path) -> None:
+    assert main(["add-kind", "Gizmo", "--dir", str(project)]) == 0
+    assert main(["add-webhook", "Gizmo", "--mutate", "--dir", str(project)]) == 0
+    assert (project / "gadget_operator/gizmo_defaulting.py").exists()
+    assert not (project / "gadget_operator/gizmo_validation.py").exists()
+    [gizmo] = [k for k in Project.load(project).kinds if k.kind == "Gizmo"]
+    assert gizmo.webhooks == ["mutate"]
+    hooks = [doc for doc in yaml.safe_load_all(
+        (project / "config/base/webhooks.yaml").read_text())
+        if doc["kind"] == "MutatingWebhookConfiguration"]
+    paths = {w["clientConfig"]["service"]["path"] for w in hooks[0]["webhooks"]}
+    assert paths == {"/mutate-gadget", "/mutate-gizmo"}
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["add-kind", "Gadget"], "kind Gadget exists already"),
+    (["add-kind", "gizmo"], "must be CamelCase"),
+    (["add-kind", "Gizmo", "--group", "nodots"], "must be a DNS name"),
+    (["add-kind", "Gizmo", "--version", "1"], "must be a Kubernetes API version"),
+    (["add-webhook", "Gadget", "--validate"], "Gadget has a validate webhook already"),
+    (["add-webhook", "Gizmo", "--mutate"], "the project has no kind Gizmo"),
+    (["add-webhook", "Gadget"], "--validate, --mutate or both"),
+])
+def test_what_cannot_be_added_is_refused_in_one_line_and_nothing_changes(
+        project: Path, capsys: pytest.CaptureFixture[str], argv: list[str],
+        message: str) -> None:
+    before = snapshot(project)
+    assert main([*argv, "--dir", str(project)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and message in err, err
+    assert snapshot(project) == before
+
+
+def test_a_folder_that_is_not_a_generated_project_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["add-kind", "Gizmo", "--dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "is not a project of python -m operator_kit.new (it has no PROJECT file)" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_hand_edited_registry_is_refused_rather_than_overwritten(
+        project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    registry = project / "gadget_operator/registry.py"
+    registry.write_text(registry.read_text() + "# mine\n")
+    assert main(["add-kind", "Gizmo", "--dir", str(project)]) == 2
+    assert "registry.py was edited by hand" in capsys.readouterr().err
+    assert registry.read_text().endswith("# mine\n")
+    assert not (project / "gadget_operator/gizmo.py").exists()
+
+
+def test_an_existing_file_is_never_overwritten(
+        project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    mine = project / "tests/test_gizmo.py"
+    mine.write_text("# mine\n")
+    assert main(["add-kind", "Gizmo", "--dir", str(project)]) == 2
+    assert "test_gizmo.py exists already" in capsys.readouterr().err
+    assert mine.read_text() == "# mine\n"
+    assert not (project / "gadget_operator/gizmo.py").exists()
+    assert [k.kind for k in Project.load(project).kinds] == ["Gadget"]
+
+
+def test_the_registry_imports_wrap_as_ruff_formats_them() -> None:
+    project = Project(Path("."), "a-rather-long-operator-name", "x.example.com")
+    project.kinds = [Kind(f"Kind{n}", "x.example.com", webhooks=["validate", "mutate"])
+                     for n in range(4)]
+    source = registry_source(project)
+    assert "from a_rather_long_operator_name import (\n    kind0,\n" in source
+    assert all(len(line) <= 100 for line in source.splitlines())
