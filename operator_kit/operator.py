@@ -427,8 +427,8 @@ class Operator:
         """On the leader (or alone): the controllers that are not sharded, and the sharder."""
         config = self.sharding
         may_reconcile = self._elector.may_reconcile if self._elector else _always
-        self._run_controllers([c for c in self.controllers
-                               if config is None or not config.shards(c.name)], may_reconcile)
+        self._run_controllers([c for c in self.controllers if not c.fleet  # fleet/: members
+                               and (config is None or not config.shards(c.name))], may_reconcile)
         if config is not None:
             with self._lock:
                 if self.stopping.is_set() or self._members is None:

@@ -50,8 +50,10 @@ class Context:
                  own_writes: OwnWrites | None = None, namespace: str | None = None,
                  shard_label: str | None = None,
                  last_applies: LastApplies | None = None,
-                 refusal: Refusal | None = None) -> None:
+                 refusal: Refusal | None = None, cluster: str | None = None) -> None:
         self.api = api
+        self.cluster = cluster
+        """The fleet member cluster this Context reads and writes (None: the hub)."""
         self.shard_label = shard_label
         """A shard member's assignment label: children get their owner's (sharding.py)."""
         self.client: client.ApiClient = api.client
@@ -82,7 +84,8 @@ class Context:
                        recorder=self._recorder, controller=self.controller,
                        objects=objects, own_writes=self._own_writes,
                        namespace=obj.namespace, shard_label=self.shard_label,
-                       last_applies=self._last_applies, refusal=refusal)
+                       last_applies=self._last_applies, refusal=refusal,
+                       cluster=self.cluster)
 
     # -- reads -----------------------------------------------------------------------------
 
