@@ -20,7 +20,9 @@ thread, so even a connection that hangs never holds up the supervisor.
 
 A cluster that leaves has its stop event set: its watches are interrupted, its workers
 take no new keys and finish the reconciles in flight (bounded by ``shutdown_timeout``),
-every thread is joined, and the member is dropped with its caches.
+and its own thread joins every one of them and ends; the supervisor does not wait for
+that (`Fleet.leaving` lists members still stopping), and the member is dropped with its
+caches. `Fleet.stop` joins every member, leaving or not.
 
 Runners are named ``<controller>@<cluster>``: their worker threads
 (``reconcile-<controller>@<cluster>-<i>``), logs and metric labels say the cluster.
@@ -116,12 +118,16 @@ class Member:
                   if any(t.name.startswith(f"reconcile-{r.name}-") for r in self.runners)]
         return [t for t in found if t.is_alive()]
 
-    def leave(self, timeout: float | None = None) -> bool:
-        """Stop: watches closed, reconciles in flight finished (bounded), threads joined.
-        True when the member's thread ended in time."""
+    def stop_soon(self) -> None:
+        """Tell the member to leave: its thread closes the watches, lets the reconciles in
+        flight finish (bounded by ``shutdown_timeout``), joins every thread and ends."""
         self.stop.set()
         if self.informers is not None:
             self.informers.interrupt()
+
+    def leave(self, timeout: float | None = None) -> bool:
+        """`stop_soon`, then wait for the member's thread; True when it ended in time."""
+        self.stop_soon()
         if self._thread.ident is not None:
             self._thread.join(self.shutdown_timeout + 5.0 if timeout is None else timeout)
         return not self._thread.is_alive()
@@ -214,6 +220,7 @@ class Fleet:
         self.shutdown_timeout = shutdown_timeout
         self.watch_stall_timeout = watch_stall_timeout
         self._members: dict[str, Member] = {}
+        self._leaving: list[Member] = []
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._reported: str | None = None
@@ -234,6 +241,11 @@ class Fleet:
         """The member clusters the fleet runs now, by name."""
         with self._lock:
             return dict(self._members)
+
+    def leaving(self) -> list[Member]:
+        """Members that were told to leave and whose threads still stop."""
+        with self._lock:
+            return [m for m in self._leaving if m.alive()]
 
     def start(self) -> None:
         """Start following the provider (thread ``fleet-<name>``)."""
@@ -256,12 +268,14 @@ class Fleet:
         with self._lock:
             running = {name: m.cluster for name, m in self._members.items()}
         changes = plan(running, wanted if self.may_reconcile() else running)
-        for name in changes.leave:
+        for name in changes.leave:  # no waiting: a member stops in its own thread
             with self._lock:
                 member = self._members.pop(name)
-            if not member.leave():
-                log.warning("fleet %s: cluster %s's threads did not stop within %.0fs",
-                            self.name, name, self.shutdown_timeout + 5.0)
+                self._leaving.append(member)
+            log.info("fleet %s: cluster %s leaves", self.name, name)
+            member.stop_soon()
+        with self._lock:
+            self._leaving = [m for m in self._leaving if m.alive()]
         for cluster in changes.join:
             if self.stopping.is_set():
                 break
@@ -289,13 +303,14 @@ class Fleet:
 
     def _leave_all(self) -> None:
         with self._lock:
-            members, self._members = list(self._members.values()), {}
+            members = list(self._members.values()) + self._leaving
+            self._members, self._leaving = {}, []
         for member in members:  # all at once: each bounded by shutdown_timeout
-            member.stop.set()
-            if member.informers is not None:
-                member.informers.interrupt()
+            member.stop_soon()
         for member in members:
-            member.leave()
+            if not member.leave():
+                log.warning("fleet %s: cluster %s's threads did not stop within %.0fs",
+                            self.name, member.name, self.shutdown_timeout + 5.0)
 
     def stop(self, timeout: float | None = None) -> None:
         """Stop every member (watches, workers) and the supervisor; join their threads."""

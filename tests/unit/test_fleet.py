@@ -15,6 +15,7 @@ import yaml
 
 from operator_kit import Controller, CustomResource
 from operator_kit.fleet import Cluster, Fleet, KubeconfigDirectory, StaticClusters, plan
+from operator_kit.testing import eventually
 
 
 @dataclass
@@ -127,7 +128,8 @@ def test_the_fleet_starts_a_member_per_file_and_stops_its_threads_on_leave(
         (tmp_path / "east.yaml").unlink()
         assert fleet.sync().leave == ["east"]
         assert sorted(fleet.members()) == ["west"]
-        assert not east.alive() and east.threads() == []
+        eventually(5, lambda: not east.alive(), message="east's thread ending")
+        assert east.threads() == [] and fleet.leaving() == []
         assert not any(t.name.startswith("reconcile-thing@east") for t in threading.enumerate())
     finally:
         fleet.stop()
