@@ -399,7 +399,7 @@ class Operator:
         """Raise a LookupError naming the controller and the kind when the API server
         does not serve a kind some controller owns, watches or indexes."""
         objects = Objects(self.api)
-        for controller in self.controllers:
+        for controller in (c for c in self.controllers if not c.fleet):  # hub's only
             # Custom kinds too: a CRD that is not installed is named here, not later.
             declared = [("owns", k) for k in controller.owned_kinds()]
             declared += [("watches", k) for k in controller.watched_kinds()]

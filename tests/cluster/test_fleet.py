@@ -21,7 +21,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from operator_kit import Action, Context, Controller, CustomResource, Operator
-from operator_kit.fleet import Fleet, KubeconfigDirectory
+from operator_kit.fleet import Fleet, KubeconfigDirectory, StaticClusters
 from operator_kit.localcluster import LocalCluster
 from operator_kit.testing import Namespace, TestCluster, eventually
 
@@ -54,9 +54,12 @@ class ParcelSync(Controller[Parcel]):
         self.lock = threading.Lock()
 
     def reconcile(self, obj: Parcel, ctx: Context) -> Action | None:
+        source = ctx.get("v1/ConfigMap", "parcel-source")  # read on the same cluster
+        data = {"cluster": str(ctx.cluster), "note": obj.spec.note}
+        if source is not None:
+            data["source"] = source["data"]["where"]
         ctx.apply_owned(obj, {"apiVersion": "v1", "kind": "ConfigMap",
-                              "metadata": {"name": f"parcel-{obj.name}"},
-                              "data": {"cluster": str(ctx.cluster), "note": obj.spec.note}})
+                              "metadata": {"name": f"parcel-{obj.name}"}, "data": data})
         with self.lock:
             self.seen.append((ctx.cluster, obj.namespace or "", obj.name, time.monotonic()))
         return None
@@ -160,12 +163,17 @@ def test_a_fleet_controller_reconciles_each_members_objects_on_that_member(
         fleet: tuple[Fleet, ParcelSync]) -> None:
     running, _ = fleet
     for member in members:
+        member.cluster.api.request(
+            "POST", f"/api/v1/namespaces/{spaces[member.name].name}/configmaps",
+            body={"metadata": {"name": "parcel-source"},
+                  "data": {"where": f"read on {member.name}"}})
         create_parcel(member, spaces[member.name], "box", note=f"for {member.name}")
         add(directory, member)
     for member in members:
         made = eventually(30, lambda m=member: config_map(m, spaces[m.name], "box"),
                           message=f"the ConfigMap on {member.name}")
-        assert made["data"] == {"cluster": member.name, "note": f"for {member.name}"}
+        assert made["data"] == {"cluster": member.name, "note": f"for {member.name}",
+                                "source": f"read on {member.name}"}
         assert made["metadata"]["ownerReferences"][0]["kind"] == "Parcel"
     assert sorted(running.members()) == [m.name for m in members]
 
@@ -249,3 +257,36 @@ def test_an_unreachable_member_does_not_delay_the_others(
     (directory / "gone.yaml").unlink()
     eventually(10, lambda: "gone" not in running.members(), message="the unreachable leaving")
     eventually(15, lambda: not gone.alive(), message="the unreachable member's threads ending")
+
+
+class CrateSync(Controller[Parcel]):
+    """A fleet controller owning a kind that no cluster here serves."""
+
+    resource = Parcel
+    owns = ["nowhere.operator-kit.test/v1/Crate"]
+    fleet = True
+    name = "crates"
+
+    def reconcile(self, obj: Parcel, ctx: Context) -> Action | None:
+        return None
+
+
+def test_a_member_without_a_kind_says_which_and_the_hub_starts_anyway(
+        members: list[Member]) -> None:
+    hub, other = members[0], members[1]
+    operator = Operator("fleet-hub-kinds", [CrateSync()])
+    operator.use(hub.cluster.client)
+    fleet = Fleet.of(operator, StaticClusters({other.name: other.cluster.kubeconfig}))
+    operator.start()  # the hub does not check its fleet controllers' kinds
+    fleet.start()
+    try:
+        member = eventually(10, lambda: fleet.members().get(other.name),
+                            message="the member")
+        eventually(10, lambda: member.problem and "Crate" in member.problem,
+                   message="the member's problem naming the kind")
+        assert "controller crates@m1: owns" in str(member.problem)
+        assert not member.running() and member.alive()  # retrying with backoff
+    finally:
+        operator.stop()
+        fleet.stop()
+    assert not member.alive()
