@@ -24,6 +24,7 @@ from operator_kit import Action, Context, Controller, CustomResource, Operator
 from operator_kit.fleet import Fleet, KubeconfigDirectory, StaticClusters
 from operator_kit.localcluster import LocalCluster
 from operator_kit.testing import Namespace, TestCluster, eventually
+from operator_kit.testing.faults import TcpProxy
 
 FLEET_ENV = "OPERATOR_KIT_TEST_FLEET_KUBECONFIGS"
 
@@ -290,3 +291,37 @@ def test_a_member_without_a_kind_says_which_and_the_hub_starts_anyway(
         operator.stop()
         fleet.stop()
     assert not member.alive()
+
+
+def test_a_member_that_goes_down_while_running_delays_no_other_and_still_leaves(
+        members: list[Member], spaces: dict[str, Namespace], directory: Path,
+        fleet: tuple[Fleet, ParcelSync]) -> None:
+    running, controller = fleet
+    healthy, failing = members[1], members[2]
+    server = Path(failing.cluster.kubeconfig).read_text().split("server:")[1].split()[0]
+    proxy = TcpProxy("127.0.0.1", int(server.rsplit(":", 1)[1]))
+    try:
+        text = Path(failing.cluster.kubeconfig).read_text().replace(
+            server, f"https://{proxy.address}")
+        (directory / f"{failing.name}.yaml").write_text(text)
+        add(directory, healthy)
+        eventually(30, lambda: all(n in running.members() and running.members()[n].synced()
+                                   for n in (healthy.name, failing.name)),
+                   message="both members synced")
+        create_parcel(failing, spaces[failing.name], "before")
+        eventually(10, lambda: config_map(failing, spaces[failing.name], "before"),
+                   message="the failing member working before it fails")
+        proxy.close()  # its API server unreachable: watches reset, connections refused
+        for i in range(5):
+            created = time.monotonic()
+            create_parcel(healthy, spaces[healthy.name], f"d{i}")
+            eventually(5, lambda i=i: controller.reconciled_at(
+                healthy.name, spaces[healthy.name].name, f"d{i}"), message=f"d{i}")
+            at = controller.reconciled_at(healthy.name, spaces[healthy.name].name, f"d{i}")
+            assert at is not None and at - created < 2.0
+        member = running.members()[failing.name]
+        (directory / f"{failing.name}.yaml").unlink()
+        eventually(15, lambda: not member.alive(), message="the failed member's threads ended")
+        assert member.threads() == []
+    finally:
+        proxy.close()
