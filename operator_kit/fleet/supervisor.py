@@ -215,7 +215,9 @@ class Fleet:
         self.controllers = list(controllers)
         self.provider = provider
         self.poll_interval = poll_interval
-        self.stopping = stop if stop is not None else threading.Event()
+        self.stopping = threading.Event()
+        """Set by `stop`; the fleet also stops once `stop` (the operator's event) is set."""
+        self._parent = stop
         self.may_reconcile = may_reconcile
         self.shutdown_timeout = shutdown_timeout
         self.watch_stall_timeout = watch_stall_timeout
@@ -227,8 +229,9 @@ class Fleet:
 
     @classmethod
     def of(cls, operator: Operator, provider: ClusterProvider, **options: Any) -> Fleet:
-        """The fleet of `operator`'s fleet controllers: it stops with the operator and
-        runs them only while the operator may reconcile (leads, under leader election)."""
+        """The fleet of `operator`'s fleet controllers: it stops when the operator stops
+        (within `poll_interval`) and runs them only while the operator may reconcile
+        (leads, under leader election). Its own `stop` leaves the operator running."""
         controllers = [c for c in operator.controllers if c.fleet]
         if not controllers:
             raise ValueError(f"operator {operator.name} has no fleet controllers: set "
@@ -277,7 +280,7 @@ class Fleet:
         with self._lock:
             self._leaving = [m for m in self._leaving if m.alive()]
         for cluster in changes.join:
-            if self.stopping.is_set():
+            if self._stopped():
                 break
             member = Member(cluster, self.controllers, field_manager=self.name,
                             may_reconcile=self.may_reconcile,
@@ -295,8 +298,11 @@ class Fleet:
             log.error("%s", problem)
         self._reported = problem
 
+    def _stopped(self) -> bool:
+        return self.stopping.is_set() or (self._parent is not None and self._parent.is_set())
+
     def _supervise(self) -> None:
-        while not self.stopping.is_set():
+        while not self._stopped():
             self.sync()
             self.stopping.wait(self.poll_interval)
         self._leave_all()

@@ -199,9 +199,9 @@ def test_the_hub_operator_leaves_fleet_controllers_to_the_fleet(
         time.sleep(1.0)  # the hub had every chance to reconcile its Parcel
         assert config_map(hub, spaces[hub.name], "hub-only") is None
     finally:
-        operator.stop()
+        operator.stop()  # the fleet follows
+        eventually(10, lambda: fleet.members() == {}, message="the fleet stopping with it")
         fleet.stop()
-    assert fleet.members() == {}
 
 
 def test_a_cluster_joins_when_its_kubeconfig_is_added_and_leaves_when_removed(

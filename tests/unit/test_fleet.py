@@ -176,3 +176,26 @@ def test_a_failing_provider_keeps_the_members(tmp_path: Path) -> None:
 def test_two_fleet_controllers_with_one_name_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="two controllers share a name"):
         Fleet("f", [ThingController(), ThingController()], KubeconfigDirectory(tmp_path))
+
+
+def test_the_fleet_stops_with_its_operators_event(tmp_path: Path) -> None:
+    write_kubeconfig(tmp_path / "east.yaml", closed_port())
+    operator_stopping = threading.Event()
+    fleet = Fleet("fleet-test", [ThingController()], KubeconfigDirectory(tmp_path),
+                  stop=operator_stopping, poll_interval=0.05, shutdown_timeout=2.0)
+    fleet.start()
+    eventually(5, lambda: "east" in fleet.members(), message="east joining")
+    east = fleet.members()["east"]
+    operator_stopping.set()
+    eventually(5, lambda: fleet.members() == {} and not east.alive(),
+               message="the fleet stopping with the operator")
+    fleet.stop()
+
+
+def test_stopping_the_fleet_leaves_the_operator_running(tmp_path: Path) -> None:
+    operator_stopping = threading.Event()
+    fleet = Fleet("fleet-test", [ThingController()], KubeconfigDirectory(tmp_path),
+                  stop=operator_stopping)
+    fleet.start()
+    fleet.stop()
+    assert fleet.stopping.is_set() and not operator_stopping.is_set()
