@@ -282,7 +282,7 @@ class Operator(WebhookServing):
         """Raise a LookupError naming the controller and the kind when the API server
         does not serve a kind some controller owns, watches or indexes."""
         objects = Objects(self.api)
-        for controller in self.controllers:
+        for controller in (c for c in self.controllers if not c.fleet):  # hub's only
             # Custom kinds too: a CRD that is not installed is named here, not later.
             declared = [("owns", k) for k in controller.owned_kinds()]
             declared += [("watches", k) for k in controller.watched_kinds()]
@@ -307,9 +307,11 @@ class Operator(WebhookServing):
         log.critical("operator %s lost its lease: stopped reconciling", self.name)
 
     def _leader_controllers(self) -> list[Controller[Any]]:
-        """The controllers the leader runs (or the only replica): all but the sharded."""
+        """The controllers the leader runs (or the only replica): all but the sharded and
+        the fleet's (those run on the member clusters: operator_kit.fleet)."""
         config = self.sharding
-        return [c for c in self.controllers if config is None or not config.shards(c.name)]
+        return [c for c in self.controllers
+                if not c.fleet and (config is None or not config.shards(c.name))]
 
     def _warm_up(self, may_reconcile: Any) -> None:
         """Following, with `LeaderElection.warm_standby`: make the leader's runners now and

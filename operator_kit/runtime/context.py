@@ -51,8 +51,11 @@ class Context:
                  own_writes: OwnWrites | None = None, namespace: str | None = None,
                  shard_label: str | None = None,
                  last_applies: LastApplies | None = None,
-                 refusal: Refusal | None = None, triggers: Triggers | None = None) -> None:
+                 refusal: Refusal | None = None, triggers: Triggers | None = None,
+                 cluster: str | None = None) -> None:
         self.api = api
+        self.cluster = cluster
+        """The fleet member cluster this Context reads and writes (None: the hub)."""
         self.shard_label = shard_label
         """A shard member's assignment label: children get their owner's (sharding.py)."""
         self.client: client.ApiClient = api.client
@@ -89,7 +92,7 @@ class Context:
                        objects=objects, own_writes=self._own_writes,
                        namespace=obj.namespace, shard_label=self.shard_label,
                        last_applies=self._last_applies, refusal=refusal,
-                       triggers=triggers)
+                       triggers=triggers, cluster=self.cluster)
 
     # -- reads -----------------------------------------------------------------------------
 

@@ -196,6 +196,8 @@ class Controller(Generic[R]):
       concurrency, and what it returns at last is discarded. A thread cannot be
       cancelled, so the abandoned one runs on until its call returns, beside the
       retry (`operator_kit.runtime.timeouts`).
+    - ``fleet``: when True, the controller runs on every member cluster of a fleet
+      (`operator_kit.fleet`), not on the hub; ``ctx.cluster`` names the member.
     - ``transform``: a function applied to each primary object before it is cached
       (`operator_kit.runtime.transforms`; after the operator's default, which drops
       ``managedFields``): what reconcile gets is what it returns.
@@ -218,6 +220,7 @@ class Controller(Generic[R]):
     rules: Sequence[Rule] = ()
     name: str = ""
     transform: Transform | None = None
+    fleet: bool = False
 
     def __init__(self) -> None:
         if not isinstance(getattr(self, "resource", None), type) or not issubclass(

@@ -66,13 +66,14 @@ class ControllerRunner:
                  recorder: EventRecorder, stop: threading.Event,
                  informers: Informers, objects: Objects | None = None,
                  may_reconcile: Callable[[], bool] = lambda: True,
-                 shard: ShardScope | None = None) -> None:
+                 shard: ShardScope | None = None, cluster: str | None = None) -> None:
         self.controller = controller
+        self.cluster = cluster  # a fleet member's name (operator_kit.fleet); None: the hub
         # A shard member's runner watches only the objects labelled with its identity.
         self.shard = shard
         self.may_reconcile = may_reconcile
         self.api = api
-        self.name = controller.name
+        self.name = controller.name if cluster is None else f"{controller.name}@{cluster}"
         self.stop = stop
         self.queue: WorkQueue[Key] = WorkQueue(
             self.name, failure_backoff=Backoff(base=controller.on_error,
@@ -88,7 +89,7 @@ class ControllerRunner:
         self.context = Context(api, field_manager=field_manager, recorder=recorder,
                                controller=self.name, objects=self.objects,
                                own_writes=self.own_writes,
-                               shard_label=shard.label if shard else None)
+                               shard_label=shard.label if shard else None, cluster=cluster)
         kind = controller.resource
         namespaces = controller.watch_namespaces()  # [None]: every namespace
         self.resource = resource_of(kind)

@@ -1,0 +1,120 @@
+"""Cluster providers: which clusters are members of the fleet, now.
+
+A provider answers one question, `ClusterProvider.clusters`: the member clusters at
+this moment, by name, each with the kubeconfig that reaches it. The fleet supervisor
+(`operator_kit.fleet.supervisor`) asks it every second and compares the answer with the
+clusters it runs: a new name is a cluster joining, a missing one a cluster leaving, and
+a changed `Cluster` (another kubeconfig, or the same file rewritten) leaves and joins
+again. So a provider needs no threads or callbacks of its own — it is a snapshot.
+
+- `StaticClusters`: a fixed mapping of names to kubeconfig paths.
+- `KubeconfigDirectory`: every kubeconfig file in a directory; the file's name without
+  its extension is the cluster's name. Adding a file while the operator runs joins a
+  cluster; removing it leaves.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """One member cluster: its `name` and the `kubeconfig` file that reaches it.
+
+    `version` tells two readings of the same file apart (the directory provider uses
+    its modification time and size): a changed version makes the cluster rejoin."""
+
+    name: str
+    kubeconfig: str
+    version: str = ""
+
+
+class ClusterProvider(Protocol):
+    """Where the fleet's member clusters come from."""
+
+    def clusters(self) -> dict[str, Cluster]:
+        """The member clusters now, by name."""
+        ...
+
+
+def check_name(name: str, where: str) -> str:
+    """`name` if it can name a cluster (lower case DNS label characters), else a
+    ValueError that says where it came from and what would do."""
+    if not _NAME.match(name) or len(name) > 63:
+        raise ValueError(f"{where}: {name!r} cannot name a cluster: use lower case letters, "
+                         "digits, '-' and '.', starting and ending with a letter or digit "
+                         "(at most 63 characters)")
+    return name
+
+
+class StaticClusters:
+    """A fixed set of clusters: ``StaticClusters({"east": "/etc/fleet/east.yaml"})``."""
+
+    def __init__(self, kubeconfigs: Mapping[str, str | os.PathLike[str]]) -> None:
+        self._clusters = {
+            check_name(name, "StaticClusters"): Cluster(name, os.fspath(path))
+            for name, path in kubeconfigs.items()}
+
+    def clusters(self) -> dict[str, Cluster]:
+        """The same clusters every time."""
+        return dict(self._clusters)
+
+
+class KubeconfigDirectory:
+    """Every kubeconfig file in `directory` is a member cluster, named for the file.
+
+    ``east.yaml``, ``east.yml``, ``east.kubeconfig`` and ``east`` all name cluster
+    ``east``; hidden files (a leading ``.``, as editors and ``kubectl`` write while
+    saving) and subdirectories are ignored, and so are files whose name cannot name a
+    cluster (logged once by the supervisor as a problem of this provider). A missing
+    directory is an empty fleet, not an error: it may be a volume still being mounted."""
+
+    SUFFIXES = (".yaml", ".yml", ".kubeconfig", ".conf")
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = Path(directory)
+        self.problems: list[str] = []
+        """Files skipped at the last look, each with the reason."""
+
+    def clusters(self) -> dict[str, Cluster]:
+        """The clusters whose kubeconfig files are in the directory now."""
+        found: dict[str, Cluster] = {}
+        problems: list[str] = []
+        try:
+            entries = sorted(os.scandir(self.directory), key=lambda e: e.name)
+        except FileNotFoundError:
+            self.problems = []
+            return found
+        for entry in entries:
+            if entry.name.startswith(".") or not entry.is_file():
+                continue
+            name = entry.name
+            for suffix in self.SUFFIXES:
+                if name.endswith(suffix):
+                    name = name[: -len(suffix)]
+                    break
+            try:
+                check_name(name, f"{self.directory}/{entry.name}")
+            except ValueError as err:
+                problems.append(str(err))
+                continue
+            if name in found:
+                problems.append(f"{self.directory}/{entry.name}: cluster {name!r} is named by "
+                                f"{Path(found[name].kubeconfig).name} already; this file is "
+                                "ignored (remove one)")
+                continue
+            try:
+                stat = entry.stat()
+            except FileNotFoundError:  # removed while we looked
+                continue
+            found[name] = Cluster(name, entry.path, f"{stat.st_mtime_ns}:{stat.st_size}")
+        self.problems = problems
+        return found
