@@ -147,7 +147,8 @@ def test_a_plain_run_serves_probes_and_metrics_and_logs_zap_json_lines_with_the_
     assert failed["errorType"] == "RuntimeError"
     assert "asked to fail" not in failed["msg"] and "reconcile of" in failed["msg"]
     assert 'raise RuntimeError(f"widget {widget.name} asked to fail")' in failed["stacktrace"]
-    assert time.time() - datetime.datetime.fromisoformat(failed["ts"]).timestamp() < 300
+    logged_at = datetime.datetime.fromisoformat(failed["ts"].replace("Z", "+00:00"))
+    assert time.time() - logged_at.timestamp() < 300
     # --log-level debug, and still no line of the client libraries (urllib3's, ...)
     assert not [line for line in lines if line["logger"].startswith(("urllib3", "kubernetes"))]
 

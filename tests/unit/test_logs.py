@@ -49,7 +49,8 @@ def test_json_lines_carry_zaps_keys_and_the_reconciled_object(configured: Any) -
     assert first["logger"] == "operator_kit.controller.backup"
     assert first["msg"] == "made 2 jobs"
     assert first["caller"].startswith("unit/test_logs.py:")
-    parsed = datetime.datetime.fromisoformat(first["ts"])  # RFC 3339, in UTC
+    # RFC 3339 in UTC ("...Z"; Python 3.10's fromisoformat needs the offset spelled out)
+    parsed = datetime.datetime.fromisoformat(first["ts"].replace("Z", "+00:00"))
     assert parsed.utcoffset() == datetime.timedelta(0)
     assert abs(parsed.timestamp() - time.time()) < 60
     for line in (first, second):
