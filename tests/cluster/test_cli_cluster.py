@@ -132,7 +132,8 @@ def test_a_plain_run_serves_probes_and_metrics_and_logs_zap_json_lines_with_the_
                and line["msg"] == "widget of size 3" for line in mine), "ctx.log's line"
     reconciled = [line for line in mine if line["msg"].startswith("widget: reconciled ")]
     assert reconciled and reconciled[0]["level"] == "debug"
-    assert reconciled[0]["msg"].endswith(": success")
+    assert ": success; triggered by primary Widget " in reconciled[0]["msg"]
+    assert reconciled[0]["triggers"][0]["source"] == "primary", reconciled[0]
     for line in mine:
         assert (line["controller"], line["controllerKind"]) == ("widget", "Widget")
         assert line["controllerGroup"] == Widget.group
