@@ -125,6 +125,10 @@ def installed(cluster: TestCluster, namespace: Namespace, chart: Path,
     documents (the kept CRD too) removed afterwards."""
     everything = run_helm("template", "rel", str(chart), "--namespace", namespace.name,
                           home=tmp_path).stdout
+    # The previous test's CRD may still be going: installing over it, the release would
+    # own a CRD that vanishes a moment later (and a second release would find none).
+    eventually(120, lambda: cluster.api.get_or_none(GIZMO_CRD) is None,
+               message="the previous test's Gizmo CRD gone")
     try:
         run_helm("install", "rel", str(chart), "--namespace", namespace.name,
                  "--kubeconfig", cluster.kubeconfig, "--set", "replicas=3", home=tmp_path)
@@ -184,6 +188,18 @@ def test_a_second_installation_in_another_namespace_is_refused(
                         "--kubeconfig", cluster.kubeconfig, home=tmp_path, check=False)
         assert done.returncode == 1, done.stdout
         assert 'must equal "second": current value is "rel"' in done.stderr
+        # A new admission policy is enforced a moment after it is created: wait for it.
+        def guarded() -> bool:
+            binding = cluster.api.get(f"{RBAC}/clusterrolebindings/gizmo-operator")
+            binding["subjects"][0]["namespace"] = other.name
+            try:
+                cluster.api.request("PUT", f"{RBAC}/clusterrolebindings/gizmo-operator",
+                                    body=binding, query={"dryRun": "All"})
+            except ApiException as err:
+                return err.status == 403
+            return False
+
+        eventually(30, guarded, message="the first installation's policy enforced")
         taken = run_helm("install", "second", str(chart), "--namespace", other.name,
                          "--kubeconfig", cluster.kubeconfig, "--take-ownership",
                          home=tmp_path, check=False)
