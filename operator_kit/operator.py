@@ -20,7 +20,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kubernetes import client
@@ -101,6 +101,7 @@ class Operator(WebhookServing):
         self._lock = threading.Lock()
         self._webhooks: Webhooks | None = None
         self._reported_dead: list[str] = []
+        self._on_stop: list[Callable[[], object]] = []
         self._tls_keeper: Any = None  # a certkeeper.CertificateKeeper once serving webhooks
         # Objects of its manifests it refers to by name at run time. A kustomize namePrefix
         # renames them, and the Deployment's environment then says the new names
@@ -385,7 +386,8 @@ class Operator(WebhookServing):
             raise ValueError(f"Sharding controllers names {', '.join(sorted(unknown))}, which "
                              f"operator {self.name} does not have; its controllers are "
                              f"{', '.join(c.name for c in self.controllers)}")
-        sharded = [c for c in self.controllers if config.shards(c.name)]
+        # Fleet controllers run on the member clusters (operator_kit.fleet), never here.
+        sharded = [c for c in self.controllers if config.shards(c.name) and not c.fleet]
         membership: sharder.Membership
 
         def joined() -> None:
@@ -415,7 +417,7 @@ class Operator(WebhookServing):
         objects = Objects(self.api)
         kinds = []
         for controller in self.controllers:
-            if config.shards(controller.name):  # one per watched namespace
+            if config.shards(controller.name) and not controller.fleet:  # per namespace
                 kinds += [sharder.ShardedKind(
                     objects.resource(controller.resource), namespace,
                     controller.label_selector, [objects.resource(k.api_version + "/" + k.kind)
@@ -461,6 +463,8 @@ class Operator(WebhookServing):
         if not clean:
             log.warning("operator %s: reconciles still running after %.0fs; exiting anyway",
                         self.name, bound)
+        for callback in self._on_stop:  # e.g. a Fleet's members: they stop first, too
+            callback()
         # Release the Lease only now that no reconcile of ours can still be writing, so
         # the follower that takes over at once never overlaps with us.
         self._elector_stop.set()
@@ -470,6 +474,12 @@ class Operator(WebhookServing):
             self._membership.stop(deadline)
         log.info("operator %s stopped", self.name)
         return clean
+
+    def on_stop(self, callback: Callable[[], object]) -> None:
+        """Call `callback` in `stop` once this operator's own reconciles have finished and
+        before it releases its Leases, so what it stops (a `Fleet`'s members, say) never
+        overlaps the replica that takes over."""
+        self._on_stop.append(callback)
 
     def serve_in_background(self) -> None:
         """Start the controllers without blocking (used in the gunicorn worker)."""

@@ -38,8 +38,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from operator_kit.client.events import EventRecorder
+from operator_kit.client.fencing import FencedApi, Refusal
 from operator_kit.client.transport import Api, api_client, error_message
 from operator_kit.fleet.providers import Cluster, ClusterProvider
+from operator_kit.fleet.sharding import ClusterShards
 from operator_kit.runtime.controller import Controller
 from operator_kit.runtime.objects import Objects
 from operator_kit.runtime.runner import ControllerRunner
@@ -71,14 +73,17 @@ def plan(running: Mapping[str, Cluster], wanted: Mapping[str, Cluster]) -> Chang
 
 class Member:
     """One member cluster: its Api, informers and a runner per fleet controller, all
-    started and stopped in its own thread (``fleet-<cluster>``)."""
+    started and stopped in its own thread (``fleet-<cluster>``). With a `fence`, every
+    write of its reconciles (and Events) is refused once the fence gives a reason."""
 
     RETRY_CAP = 30.0
 
     def __init__(self, cluster: Cluster, controllers: Sequence[Controller[Any]], *,
                  field_manager: str, may_reconcile: Callable[[], bool],
-                 shutdown_timeout: float, watch_stall_timeout: float) -> None:
+                 shutdown_timeout: float, watch_stall_timeout: float,
+                 fence: Refusal | None = None) -> None:
         self.cluster = cluster
+        self.fence = fence
         self.name = cluster.name
         self.controllers = list(controllers)
         self.field_manager = field_manager
@@ -163,9 +168,10 @@ class Member:
         self._api = api = Api(api_client(self.cluster.kubeconfig,
                                          pool_size=max(8, workers + watches + 4)))
         informers = Informers(api, self.stop, stall_timeout=self.watch_stall_timeout)
-        recorder = EventRecorder(api, self.field_manager)
-        objects = Objects(api, informers, field_manager=self.field_manager)
-        runners = [ControllerRunner(controller, api, field_manager=self.field_manager,
+        writer = api if self.fence is None else FencedApi(api, self.fence)
+        recorder = EventRecorder(writer, self.field_manager)
+        objects = Objects(writer, informers, field_manager=self.field_manager)
+        runners = [ControllerRunner(controller, writer, field_manager=self.field_manager,
                                     recorder=recorder, stop=self.stop, informers=informers,
                                     objects=objects, may_reconcile=self.may_reconcile,
                                     cluster=self.name)
@@ -199,14 +205,17 @@ class Fleet:
 
     Standalone: ``Fleet("my-operator", [MyController()], KubeconfigDirectory(d))`` then
     `start` and `stop`. Beside an `Operator` (whose hub leaves its fleet controllers to
-    the fleet): ``Fleet.of(operator, provider).run_with(operator)``.
+    the fleet): ``Fleet.of(operator, provider).run_with(operator)``. With `shards`
+    (`Fleet.of` an operator with `Sharding`) it runs only the clusters this replica holds
+    (`operator_kit.fleet.sharding`).
     """
 
     def __init__(self, name: str, controllers: Sequence[Controller[Any]],
                  provider: ClusterProvider, *, poll_interval: float = 1.0,
                  stop: threading.Event | None = None,
                  may_reconcile: Callable[[], bool] = lambda: True,
-                 shutdown_timeout: float = 30.0, watch_stall_timeout: float = 90.0) -> None:
+                 shutdown_timeout: float = 30.0, watch_stall_timeout: float = 90.0,
+                 shards: ClusterShards | None = None) -> None:
         names = [c.name for c in controllers]
         if len(set(names)) != len(names):
             raise ValueError(f"fleet {name}: two controllers share a name in {names}; give "
@@ -221,6 +230,7 @@ class Fleet:
         self.may_reconcile = may_reconcile
         self.shutdown_timeout = shutdown_timeout
         self.watch_stall_timeout = watch_stall_timeout
+        self.shards = shards
         self._members: dict[str, Member] = {}
         self._leaving: list[Member] = []
         self._lock = threading.Lock()
@@ -230,15 +240,23 @@ class Fleet:
     @classmethod
     def of(cls, operator: Operator, provider: ClusterProvider, **options: Any) -> Fleet:
         """The fleet of `operator`'s fleet controllers: it stops when the operator stops
-        (within `poll_interval`) and runs them only while the operator may reconcile
-        (leads, under leader election). Its own `stop` leaves the operator running."""
+        (within `poll_interval`; `Operator.stop` waits for it before it releases its
+        Leases) and runs them only while the operator may reconcile (leads, under leader
+        election). With `Sharding`, each replica runs the clusters placed on it instead
+        (`operator_kit.fleet.sharding`). Its own `stop` leaves the operator running."""
         controllers = [c for c in operator.controllers if c.fleet]
         if not controllers:
             raise ValueError(f"operator {operator.name} has no fleet controllers: set "
                              "`fleet = True` on the controllers to run on member clusters")
-        return cls(operator.name, controllers, provider, stop=operator.stopping,
-                   may_reconcile=operator.leading, shutdown_timeout=operator.shutdown_timeout,
-                   watch_stall_timeout=operator.watch_stall_timeout, **options)
+        if operator.sharding is not None:
+            options.setdefault("shards", ClusterShards(operator, operator.sharding))
+            options.setdefault("may_reconcile", _always)  # each cluster's Lease decides
+        options.setdefault("may_reconcile", operator.leading)
+        fleet = cls(operator.name, controllers, provider, stop=operator.stopping,
+                    shutdown_timeout=operator.shutdown_timeout,
+                    watch_stall_timeout=operator.watch_stall_timeout, **options)
+        operator.on_stop(fleet.stop)  # members stop before the operator's Leases go
+        return fleet
 
     def members(self) -> dict[str, Member]:
         """The member clusters the fleet runs now, by name."""
@@ -270,6 +288,9 @@ class Fleet:
         self._report("; ".join(getattr(self.provider, "problems", ())) or None)
         with self._lock:
             running = {name: m.cluster for name, m in self._members.items()}
+            leaving = {m.name for m in self._leaving if m.alive()}
+        if self.shards is not None:  # only the clusters whose Lease this replica holds
+            wanted = self.shards.update(wanted, running, leaving)
         changes = plan(running, wanted if self.may_reconcile() else running)
         for name in changes.leave:  # no waiting: a member stops in its own thread
             with self._lock:
@@ -279,13 +300,20 @@ class Fleet:
             member.stop_soon()
         with self._lock:
             self._leaving = [m for m in self._leaving if m.alive()]
+            leaving = {m.name for m in self._leaving}
         for cluster in changes.join:
             if self._stopped():
                 break
+            if cluster.name in leaving:  # the cluster's last member drains first
+                continue
+            may_reconcile, fence = self.may_reconcile, None
+            if self.shards is not None:
+                fence = self.shards.fence(cluster.name)
+                may_reconcile = self.shards.may_reconcile(cluster.name)
             member = Member(cluster, self.controllers, field_manager=self.name,
-                            may_reconcile=self.may_reconcile,
+                            may_reconcile=may_reconcile,
                             shutdown_timeout=self.shutdown_timeout,
-                            watch_stall_timeout=self.watch_stall_timeout)
+                            watch_stall_timeout=self.watch_stall_timeout, fence=fence)
             with self._lock:
                 self._members[cluster.name] = member
             log.info("fleet %s: cluster %s joins (kubeconfig %s)", self.name, cluster.name,
@@ -317,6 +345,8 @@ class Fleet:
             if not member.leave():
                 log.warning("fleet %s: cluster %s's threads did not stop within %.0fs",
                             self.name, member.name, self.shutdown_timeout + 5.0)
+        if self.shards is not None:  # the members stopped: now others may take them
+            self.shards.stop()
 
     def stop(self, timeout: float | None = None) -> None:
         """Stop every member (watches, workers) and the supervisor; join their threads."""
@@ -334,3 +364,7 @@ class Fleet:
             return operator.run()
         finally:
             self.stop()
+
+
+def _always() -> bool:
+    return True
