@@ -71,9 +71,11 @@ class CrateSync(Controller[Crate]):
         try:
             if self.work:
                 time.sleep(self.work)
+            self._note("w", ctx.cluster, obj)  # about to write
             ctx.apply_owned(obj, {"apiVersion": "v1", "kind": "ConfigMap",
                                   "metadata": {"name": f"crate-{obj.name}"},
                                   "data": {"cluster": str(ctx.cluster), "by": self.identity}})
+            self._note("W", ctx.cluster, obj)  # the write landed
         finally:
             self._note("E", ctx.cluster, obj)
         return None
@@ -102,6 +104,23 @@ def runs(lines: Iterable[str], killed: dict[str, float] | None = None
         end = (killed or {}).get(identity, float("inf"))
         found[(cluster, key)].append((identity, at, end))
     return found
+
+
+def writes_begun_after(lines: Iterable[str], identity: str, moment: float) -> list[str]:
+    """The writes by `identity` that landed (``W``) although they began (``w``) after
+    `moment`."""
+    begun: dict[tuple[str, str], float] = {}
+    landed = []
+    for line in lines:
+        parts = line.split()
+        if len(parts) != 5 or parts[1] != identity:
+            continue
+        what, _, cluster, key, at = parts
+        if what == "w":
+            begun[(cluster, key)] = float(at)
+        elif what == "W" and begun.get((cluster, key), 0.0) > moment:
+            landed.append(f"{cluster} {key} at {at}")
+    return landed
 
 
 def overlaps(found: dict[tuple[str, str], list[Run]]) -> list[str]:

@@ -30,7 +30,7 @@ from operator_kit.fleet.sharding import cluster_lease
 from operator_kit.localcluster import LocalCluster
 from operator_kit.testing import Namespace, TestCluster, eventually
 
-from .fleet_replica import OPERATOR, Crate, overlaps, runs
+from .fleet_replica import OPERATOR, Crate, overlaps, runs, writes_begun_after
 
 FLEET_ENV = "OPERATOR_KIT_TEST_FLEET_KUBECONFIGS"
 LEASE, DEADLINE, RETRY = 4.0, 3.0, 0.5
@@ -338,3 +338,32 @@ def test_a_forged_cluster_lease_holds_its_cluster_a_few_seconds_at_most(
     wait(30, lambda: "m2" in replica.running(), "m2 taken from the forged holder")
     assert time.monotonic() - started < 30
     assert fleet.lease_holder("m2") == "replica-a"
+
+
+def test_a_paused_replicas_writes_are_refused_once_its_cluster_was_taken_over(
+        fleet: Rig) -> None:
+    replicas = [fleet.start(f"replica-{i}", "--work", "1.0") for i in range(2)]
+    placed = wait(60, lambda: fleet.spread(replicas), "spread over two")
+    victim = next(r for r in replicas if r.identity == placed["m1"])
+    stayer = next(r for r in replicas if r is not victim)
+    names = [f"p{i}" for i in range(4)]
+    create_crates(fleet, names)
+    # Pause it inside its reconciles' waits: they resume after the takeover, and write.
+    wait(30, lambda: any(who == victim.identity and end == float("inf")
+                         for (c, _k), those in fleet.runs().items() if c == "m1"
+                         for who, _s, end in those), "a reconcile running on m1")
+    victim.process.send_signal(signal.SIGSTOP)
+    paused_at = time.monotonic()
+    try:
+        wait(LEASE + 30, lambda: "m1" in stayer.running(), "m1 taken over")
+        touch_crates(fleet, names, "after the takeover")
+        wait(30, lambda: all(made_by(fleet, fleet.sites[1], n) == stayer.identity
+                             for n in names), "m1's Crates written by the other replica")
+    finally:
+        victim.process.send_signal(signal.SIGCONT)
+    victim.process.wait(30)  # its member Lease lapsed: it exits
+    time.sleep(1.0)
+    lines = fleet.log.read_text().splitlines()
+    assert writes_begun_after(lines, victim.identity, paused_at) == []
+    assert victim.process.returncode != 0
+    assert all(made_by(fleet, fleet.sites[1], n) == stayer.identity for n in names)
