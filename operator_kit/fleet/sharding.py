@@ -15,8 +15,8 @@ each replica only the member clusters it holds, instead of every cluster on the 
 its claimed duration capped). Clusters are few, so a plain consistent-hash ring would
 often give one replica two of three clusters and another none; `place` is rendezvous
 hashing with bounded loads instead: each cluster, in name order, goes to the first member
-in its own hash order (sha1 of ``member#cluster``) that holds fewer than
-``ceil(clusters / members)``. Every replica computes the same answer from the same
+in its own hash order (sha1 of ``member#cluster``) that still has room, so that the
+loads differ by one at most. Every replica computes the same answer from the same
 members and clusters; when their views differ for a moment the Leases still decide.
 
 **The guarantee: no (cluster, object) reconciled by two replicas at once.** A replica
@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
@@ -89,18 +88,22 @@ def preference(members: Iterable[str], cluster: str) -> list[str]:
 
 def place(members: Iterable[str], clusters: Iterable[str]) -> dict[str, str]:
     """Each cluster's member: in name order, each cluster goes to the first member of its
-    `preference` that holds fewer than ``ceil(clusters / members)`` so far. Pure: the
-    same members and clusters give the same answer, whatever their order. No members:
-    no cluster is placed."""
+    `preference` that still has room, so that every member ends with ``floor(clusters /
+    members)`` or one more. Pure: the same members and clusters give the same answer,
+    whatever their order. No members: no cluster is placed."""
     alive = sorted(set(members))
     names = sorted(set(clusters))
     if not alive:
         return {}
-    cap = math.ceil(len(names) / len(alive))
+    low = len(names) // len(alive)
+    high = len(names) - low * len(alive)  # how many members may hold one more than `low`
     load = dict.fromkeys(alive, 0)
     placed: dict[str, str] = {}
     for cluster in names:
-        member = next(m for m in preference(alive, cluster) if load[m] < cap)
+        member = next(m for m in preference(alive, cluster)
+                      if load[m] < low or (load[m] == low and high > 0))
+        if load[member] == low:
+            high -= 1
         placed[cluster] = member
         load[member] += 1
     return placed
