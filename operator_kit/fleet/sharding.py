@@ -268,8 +268,10 @@ class ClusterShards:
 
     def _take_if_abandoned(self, tenure: ClusterTenure, alive: set[str]) -> None:
         """Clear the holder of a Lease held by a replica that is no longer an alive member
-        (its fence closed), or that has not changed for a whole lease duration (capping
-        what it claims). The write carries the version read: a renewal in between wins."""
+        (its fence closed; and the Lease has not changed for a retry period and a second,
+        in case this replica's watch of the member Leases lags), or that has not changed
+        for a whole lease duration (capping what it claims). The write carries the
+        version read: a renewal in between wins."""
         holder = tenure.elector.holder
         if holder is None or holder == tenure.elector.identity:
             return
@@ -291,7 +293,7 @@ class ClusterShards:
         silent = now - seen[1]
         if not holder:
             return  # free: the elector takes it
-        gone = holder not in alive and silent >= 2 * self._config.retry_period + 1.0
+        gone = holder not in alive and silent >= self._config.retry_period + 1.0
         if not (gone or silent >= self._config.lease_duration):
             return
         why = ("is not an alive member" if gone else
