@@ -33,11 +33,10 @@ runs a cluster's controllers only while it holds that cluster's Lease, a
   ``shutdown_timeout``) and are joined; only then is the Lease released, and only then
   can the new owner take it (the drain comes first, as for objects);
 - a replica that dies stops renewing: the new owner takes the Lease once the holder is
-  no longer an alive member (its member Lease expired, so its fence has closed) or the
-  cluster Lease has not changed for a whole lease duration (by the new owner's clock).
-  A Lease whose holder is not an alive member — a forged one, say, claiming an hour —
-  therefore holds its cluster for a few seconds at most, and a forged Lease naming a
-  live member for one lease duration (the cap object sharding uses).
+  a member whose member Lease expired (so its fence has closed) or the cluster Lease has
+  not changed for a whole lease duration (by the new owner's clock). A forged Lease —
+  claiming an hour, say, for a holder that never renews it — therefore holds its cluster
+  for one lease duration at most (the cap object sharding uses).
 
 A reconcile that outlives ``shutdown_timeout`` cannot be stopped from outside (a Python
 thread): the Lease is released anyway, and its further writes are refused. Deleting a
@@ -183,6 +182,7 @@ class ClusterShards:
         self._members: Members | None = None
         self._tenures: dict[str, ClusterTenure] = {}
         self._unchanged: dict[str, tuple[str, float]] = {}  # lease -> (version, first seen)
+        self._seen_alive: set[str] = set()  # members seen alive: their absence is a death
         self._lock = threading.Lock()
         self.placement: dict[str, str] = {}
         """The placement at the last look: cluster -> member identity."""
@@ -211,6 +211,7 @@ class ClusterShards:
                                         namespace=self._operator.namespace,
                                         lease_duration=self._config.lease_duration)
             alive = self._members.alive() | {identity}
+            self._seen_alive |= alive
         self.placement = place(alive, clusters)
         mine = {name for name, member in self.placement.items() if member == identity}
         with self._lock:
@@ -267,11 +268,11 @@ class ClusterShards:
         return lambda: fence() is None
 
     def _take_if_abandoned(self, tenure: ClusterTenure, alive: set[str]) -> None:
-        """Clear the holder of a Lease held by a replica that is no longer an alive member
-        (its fence closed; and the Lease has not changed for a retry period and a second,
-        in case this replica's watch of the member Leases lags), or that has not changed
-        for a whole lease duration (capping what it claims). The write carries the
-        version read: a renewal in between wins."""
+        """Clear the holder of a Lease held by a replica that was an alive member and is
+        no more (its member Lease expired, so its fence closed; and the cluster Lease has
+        not changed for a retry period and a second, in case this replica's watch of the
+        member Leases lags), or that has not changed for a whole lease duration (capping
+        what it claims). The write carries the version read: a renewal in between wins."""
         holder = tenure.elector.holder
         if holder is None or holder == tenure.elector.identity:
             return
@@ -293,7 +294,10 @@ class ClusterShards:
         silent = now - seen[1]
         if not holder:
             return  # free: the elector takes it
-        gone = holder not in alive and silent >= self._config.retry_period + 1.0
+        # Gone: seen alive once, and its member Lease has expired since (a member not yet
+        # seen — one that just joined, say — is not gone; its Lease expires as any).
+        gone = (holder in self._seen_alive and holder not in alive
+                and silent >= self._config.retry_period + 1.0)
         if not (gone or silent >= self._config.lease_duration):
             return
         why = ("is not an alive member" if gone else

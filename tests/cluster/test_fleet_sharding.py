@@ -324,7 +324,7 @@ def test_a_clean_stop_hands_its_clusters_over_without_waiting_for_the_lease(
     assert took < LEASE + 10
 
 
-def test_a_forged_cluster_lease_holds_its_cluster_a_few_seconds_at_most(
+def test_a_forged_cluster_lease_holds_its_cluster_for_one_lease_duration_at_most(
         fleet: Rig) -> None:
     fleet.hub.api.request(
         "POST", f"/apis/coordination.k8s.io/v1/namespaces/{fleet.space.name}/leases",
@@ -336,7 +336,7 @@ def test_a_forged_cluster_lease_holds_its_cluster_a_few_seconds_at_most(
     started = time.monotonic()
     wait(60, lambda: replica.running() >= {"m0", "m1"}, "the unforged clusters run")
     wait(30, lambda: "m2" in replica.running(), "m2 taken from the forged holder")
-    assert time.monotonic() - started < 30
+    assert time.monotonic() - started < LEASE + 15  # not the hour it claims
     assert fleet.lease_holder("m2") == "replica-a"
 
 
