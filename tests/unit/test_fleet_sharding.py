@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from dataclasses import dataclass
 
+from operator_kit import Action, Context, Controller, CustomResource, Operator
 from operator_kit.fleet.sharding import cluster_lease, place, preference
 
 
@@ -68,3 +70,31 @@ def test_a_clusters_preference_does_not_depend_on_other_members() -> None:
 
 def test_cluster_lease_names_the_operator_and_the_cluster() -> None:
     assert cluster_lease("team-operator", "east") == "team-operator-cluster-east"
+
+
+@dataclass
+class ThingSpec:
+    size: int = 0
+
+
+class Thing(CustomResource):
+    group = "fleet-sharding.operator-kit.test"
+    version = "v1"
+    kind = "Thing"
+    plural = "things"
+    spec: ThingSpec
+
+
+class Hub(Controller[Thing]):
+    resource = Thing
+
+    def reconcile(self, obj: Thing, ctx: Context) -> Action | None:
+        return None
+
+
+def test_the_operator_stops_what_it_was_given_before_it_releases_its_leases() -> None:
+    operator = Operator("stop-order", [Hub()])
+    calls: list[bool] = []
+    operator.on_stop(lambda: calls.append(operator.stopping.is_set()))
+    operator.stop(0.1)
+    assert calls == [True]  # once, with the operator already stopping
