@@ -26,8 +26,9 @@ runs a cluster's controllers only while it holds that cluster's Lease, a
 - it tries to acquire the Lease only while `place` names it, and only once no member of
   that cluster is still stopping in this process;
 - a member's reconciles start only while the cluster Lease and the member Lease are
-  both within their renew deadlines, and every write through its Context is refused
-  (`operator_kit.client.fencing.FencedApi`) once either may have lapsed;
+  both within their renew deadlines, and every write through its Context (Events
+  aside, as on a sharded hub) is refused (`operator_kit.client.fencing.FencedApi`) once
+  either may have lapsed;
 - when `place` names another replica (or the cluster leaves the fleet) the member
   stops: its watches close, its workers finish the reconciles in flight (bounded by
   ``shutdown_timeout``) and are joined; only then is the Lease released, and only then

@@ -74,7 +74,7 @@ def plan(running: Mapping[str, Cluster], wanted: Mapping[str, Cluster]) -> Chang
 class Member:
     """One member cluster: its Api, informers and a runner per fleet controller, all
     started and stopped in its own thread (``fleet-<cluster>``). With a `fence`, every
-    write of its reconciles (and Events) is refused once the fence gives a reason."""
+    write of its reconciles (Events aside) is refused once the fence gives a reason."""
 
     RETRY_CAP = 30.0
 
@@ -168,8 +168,10 @@ class Member:
         self._api = api = Api(api_client(self.cluster.kubeconfig,
                                          pool_size=max(8, workers + watches + 4)))
         informers = Informers(api, self.stop, stall_timeout=self.watch_stall_timeout)
+        # Writes through a fence; Events, as a sharded hub's, are not fenced (one late
+        # Event is harmless, and a refused one would fail the reconcile's error path).
         writer = api if self.fence is None else FencedApi(api, self.fence)
-        recorder = EventRecorder(writer, self.field_manager)
+        recorder = EventRecorder(api, self.field_manager)
         objects = Objects(writer, informers, field_manager=self.field_manager)
         runners = [ControllerRunner(controller, writer, field_manager=self.field_manager,
                                     recorder=recorder, stop=self.stop, informers=informers,

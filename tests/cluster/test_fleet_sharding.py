@@ -231,6 +231,7 @@ def test_three_replicas_each_run_one_cluster_and_each_cluster_is_reconciled_by_o
              f"the Crates on {site.name} reconciled by {placed[site.name]}")
     assert reconcilers(fleet, since) == {name: {who} for name, who in placed.items()}
     assert overlaps(fleet.runs()) == []
+    print(f"figure: spread {placed}; {sum(map(len, fleet.runs().values()))} reconciles")
 
 
 def test_a_killed_replicas_cluster_is_taken_over_once_its_lease_expired(fleet: Rig) -> None:
@@ -265,6 +266,9 @@ def test_a_killed_replicas_cluster_is_taken_over_once_its_lease_expired(fleet: R
     assert now["m0"] == placed["m0"] or now["m2"] == placed["m2"]  # one stayed put at least
     assert fleet.lease_holder("m1") == now["m1"]
     assert overlaps(fleet.runs(killed)) == []
+    print(f"figure: m1 first reconciled by a survivor {min(taken) - killed_at:.1f} s after "
+          f"the kill, running there after {took:.1f} s; "
+          f"{sum(map(len, fleet.runs().values()))} reconciles")
 
 
 def test_a_joining_replica_gets_clusters_only_after_they_drained(fleet: Rig) -> None:
@@ -297,6 +301,9 @@ def test_a_joining_replica_gets_clusters_only_after_they_drained(fleet: Rig) -> 
                for who, start, _e in those if who == owner and start > joined_at]
         assert new, f"{owner} never reconciled {name}"
         assert min(new) >= max(old), (name, min(new) - max(old))
+        print(f"figure: {name} moved to {owner}: its first reconcile {min(new) - max(old):.2f}"
+              f" s after the old owner's last ended")
+    print(f"figure: {sum(map(len, found.values()))} reconciles")
 
 
 def test_a_clean_stop_hands_its_clusters_over_without_waiting_for_the_lease(
@@ -322,6 +329,7 @@ def test_a_clean_stop_hands_its_clusters_over_without_waiting_for_the_lease(
     assert leaving.process.returncode == 0
     assert overlaps(fleet.runs()) == []
     assert took < LEASE + 10
+    print(f"figure: every cluster on the remaining replica {took:.1f} s after SIGTERM")
 
 
 def test_a_forged_cluster_lease_holds_its_cluster_for_one_lease_duration_at_most(
@@ -337,6 +345,7 @@ def test_a_forged_cluster_lease_holds_its_cluster_for_one_lease_duration_at_most
     wait(60, lambda: replica.running() >= {"m0", "m1"}, "the unforged clusters run")
     wait(30, lambda: "m2" in replica.running(), "m2 taken from the forged holder")
     assert time.monotonic() - started < LEASE + 15  # not the hour it claims
+    print(f"figure: m2 runs {time.monotonic() - started:.1f} s after the replica started")
     assert fleet.lease_holder("m2") == "replica-a"
 
 
@@ -367,3 +376,5 @@ def test_a_paused_replicas_writes_are_refused_once_its_cluster_was_taken_over(
     assert writes_begun_after(lines, victim.identity, paused_at) == []
     assert victim.process.returncode != 0
     assert all(made_by(fleet, fleet.sites[1], n) == stayer.identity for n in names)
+    refused = victim.output.read_text().count("Fenced: ")
+    print(f"figure: {refused} writes refused after resuming")
