@@ -43,6 +43,7 @@ from operator_kit.runtime.watching import Informers
 from operator_kit.serving import WebhookServing
 
 if TYPE_CHECKING:
+    from operator_kit.fleet.supervisor import Fleet
     from operator_kit.webhooks.certificates import ExternalCertificate
     from operator_kit.webhooks.server import Webhooks
 
@@ -87,6 +88,8 @@ class Operator(WebhookServing):
         self._elector_stop = threading.Event()
         self._elector_thread: threading.Thread | None = None
         self.controllers: list[Controller[Any]] = []
+        self.fleet: Fleet | None = None
+        """The fleet that runs its fleet controllers, set by `Fleet.of`."""
         self.kubeconfig = kubeconfig
         self.shutdown_timeout = shutdown_timeout
         self.watch_stall_timeout = watch_stall_timeout
@@ -146,13 +149,16 @@ class Operator(WebhookServing):
         return [seen[name] for name in sorted(seen)]
 
     def rules(self, *, external_certificate: bool | None = None) -> list[Rule]:
-        """Every RBAC rule this operator needs, merged per API group and resource.
+        """Every RBAC rule this operator needs in its own cluster (the hub), merged per
+        API group and resource. Fleet controllers (``fleet = True``) run on the member
+        clusters, so their rules are not here but in ``--fleet-member``'s documents.
 
         `external_certificate` (default: whether `webhook_certificate` is set): the
         webhook certificate is a mounted Secret, so no Secret or caBundle is written."""
         rules: list[Rule] = []
         for controller in self.controllers:
-            rules.extend(controller.required_rules())
+            if not controller.fleet:
+                rules.extend(controller.required_rules())
         if self.leader_election is not None:
             rules += leader.rules(self.leader_election.lease_name or self.name)
         if self.sharding is not None:

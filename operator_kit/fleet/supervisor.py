@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from operator_kit.client.events import EventRecorder
-from operator_kit.client.transport import Api, api_client, error_message
+from operator_kit.client.transport import Api, error_message
 from operator_kit.fleet.providers import Cluster, ClusterProvider
 from operator_kit.runtime.controller import Controller
 from operator_kit.runtime.objects import Objects
@@ -160,8 +160,7 @@ class Member:
     def _build(self) -> None:
         workers = sum(c.max_concurrent_reconciles for c in self.controllers)
         watches = sum(1 + len(c.owns) + len(c.watches) for c in self.controllers)
-        self._api = api = Api(api_client(self.cluster.kubeconfig,
-                                         pool_size=max(8, workers + watches + 4)))
+        self._api = api = Api(self.cluster.api_client(pool_size=max(8, workers + watches + 4)))
         informers = Informers(api, self.stop, stall_timeout=self.watch_stall_timeout)
         recorder = EventRecorder(api, self.field_manager)
         objects = Objects(api, informers, field_manager=self.field_manager)
@@ -231,14 +230,23 @@ class Fleet:
     def of(cls, operator: Operator, provider: ClusterProvider, **options: Any) -> Fleet:
         """The fleet of `operator`'s fleet controllers: it stops when the operator stops
         (within `poll_interval`) and runs them only while the operator may reconcile
-        (leads, under leader election). Its own `stop` leaves the operator running."""
+        (leads, under leader election). Its own `stop` leaves the operator running.
+
+        A provider with a ``bind`` method (`KubeconfigSecrets`) is bound to the
+        operator's Api, and the operator's ``fleet`` is set to the fleet, so that its
+        manifests grant what the provider reads in the hub (`HubAccess`)."""
         controllers = [c for c in operator.controllers if c.fleet]
         if not controllers:
             raise ValueError(f"operator {operator.name} has no fleet controllers: set "
                              "`fleet = True` on the controllers to run on member clusters")
-        return cls(operator.name, controllers, provider, stop=operator.stopping,
-                   may_reconcile=operator.leading, shutdown_timeout=operator.shutdown_timeout,
-                   watch_stall_timeout=operator.watch_stall_timeout, **options)
+        bind = getattr(provider, "bind", None)
+        if bind is not None:  # a provider that reads the hub reads it as the operator does
+            bind(lambda: operator.api)
+        fleet = cls(operator.name, controllers, provider, stop=operator.stopping,
+                    may_reconcile=operator.leading, shutdown_timeout=operator.shutdown_timeout,
+                    watch_stall_timeout=operator.watch_stall_timeout, **options)
+        operator.fleet = fleet  # its manifests grant what the provider reads in the hub
+        return fleet
 
     def members(self) -> dict[str, Member]:
         """The member clusters the fleet runs now, by name."""
@@ -317,6 +325,9 @@ class Fleet:
             if not member.leave():
                 log.warning("fleet %s: cluster %s's threads did not stop within %.0fs",
                             self.name, member.name, self.shutdown_timeout + 5.0)
+        close = getattr(self.provider, "close", None)
+        if close is not None:  # a provider's own watch (KubeconfigSecrets)
+            close()
 
     def stop(self, timeout: float | None = None) -> None:
         """Stop every member (watches, workers) and the supervisor; join their threads."""

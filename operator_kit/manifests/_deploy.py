@@ -7,7 +7,8 @@
    ``conversion: Webhook`` when the operator registers a converter and the kind has
    several versions);
 2. RBAC: a ServiceAccount, a ClusterRole with exactly `Operator.rules()` (the Lease
-   rule in a namespaced Role instead) and their bindings;
+   rule in a namespaced Role instead) and their bindings; with a fleet whose provider
+   reads the hub, the Role ``<name>-fleet`` that grants it (`_fleet`);
 3. the Service the API server calls webhooks through, and the Deployment: gunicorn
    serving ``operator_kit.webhooks:app`` on one TLS port (webhooks, ``/livez``,
    ``/readyz``, ``/metrics``), probes on that port, the ServiceAccount, a non-root,
@@ -49,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 from operator_kit.api.resources import CustomResource
 from operator_kit.manifests._crd import crd, with_conversion_webhook
+from operator_kit.manifests._fleet import hub_access_documents
 from operator_kit.manifests._guard import INSTALLATION_LABEL, guard_policies
 from operator_kit.manifests._labels import RecommendedLabels, labelled, version_of_image
 from operator_kit.manifests._monitoring import metrics_service, service_monitor
@@ -135,6 +137,7 @@ def operator_manifests(operator: Operator, *, app: str, namespace: str, image: s
         docs.append(definition)
     docs += Rbac(operator.name, namespace, member_leases=operator.sharding is not None).rules(
         *operator.rules(external_certificate=certificate is not None)).documents()
+    docs += hub_access_documents(operator, namespace)  # what its fleet's provider reads
     if registrations:
         docs.append(service(operator.webhook_service, namespace, selects=operator.name))
     docs.append(deployment(operator.name, app=app, namespace=namespace, image=image,
