@@ -25,7 +25,9 @@ that (`Fleet.leaving` lists members still stopping), and the member is dropped w
 caches. `Fleet.stop` joins every member, leaving or not.
 
 Runners are named ``<controller>@<cluster>``: their worker threads
-(``reconcile-<controller>@<cluster>-<i>``), logs and metric labels say the cluster.
+(``reconcile-<controller>@<cluster>-<i>``) and logs say the cluster; their metrics keep
+the controller's name in ``controller`` and have the member in ``cluster``
+(`operator_kit.metrics`). A member that leaves drops its series once stopped.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from operator_kit import metrics
 from operator_kit.client.events import EventRecorder
 from operator_kit.client.transport import Api, error_message
 from operator_kit.fleet.providers import Cluster, ClusterProvider
@@ -77,8 +80,12 @@ class Member:
 
     def __init__(self, cluster: Cluster, controllers: Sequence[Controller[Any]], *,
                  field_manager: str, may_reconcile: Callable[[], bool],
-                 shutdown_timeout: float, watch_stall_timeout: float) -> None:
+                 shutdown_timeout: float, watch_stall_timeout: float,
+                 on_left: Callable[[Member], None] | None = None) -> None:
         self.cluster = cluster
+        self.on_left = on_left
+        """Called in the member's thread once it has stopped (the fleet drops its
+        metric series there, unless the cluster has rejoined meanwhile)."""
         self.name = cluster.name
         self.controllers = list(controllers)
         self.field_manager = field_manager
@@ -182,6 +189,8 @@ class Member:
         self._close()
         self.problem = "left the fleet"
         log.info("fleet: cluster %s left: its watches and workers stopped", self.name)
+        if self.on_left is not None:
+            self.on_left(self)
 
     def _close(self) -> None:
         if self._api is not None:
@@ -293,13 +302,21 @@ class Fleet:
             member = Member(cluster, self.controllers, field_manager=self.name,
                             may_reconcile=self.may_reconcile,
                             shutdown_timeout=self.shutdown_timeout,
-                            watch_stall_timeout=self.watch_stall_timeout)
+                            watch_stall_timeout=self.watch_stall_timeout,
+                            on_left=self._left)
             with self._lock:
                 self._members[cluster.name] = member
             log.info("fleet %s: cluster %s joins (kubeconfig %s)", self.name, cluster.name,
                      cluster.kubeconfig)
             member.start()
         return changes
+
+    def _left(self, member: Member) -> None:
+        """A member stopped: drop its cluster's metric series — under the lock, and only
+        if no member of that name has joined since (whose series they now are)."""
+        with self._lock:
+            if member.name not in self._members:
+                metrics.forget_cluster(member.name)
 
     def _report(self, problem: str | None) -> None:
         if problem and problem != self._reported:

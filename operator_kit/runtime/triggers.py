@@ -215,11 +215,13 @@ class Triggers:
 
 
 class TriggerCounter:
-    """``operator_kit_controller_reconcile_triggers_total{controller,trigger}`` for one
-    controller: every source's series exists (at 0) from the start."""
+    """``operator_kit_controller_reconcile_triggers_total{controller,cluster,trigger}``
+    for one controller (on one fleet member, or the hub): every source's series exists
+    (at 0) from the start."""
 
-    def __init__(self, controller: str) -> None:
-        self._children = {source: metrics.RECONCILE_TRIGGERS.labels(controller, source)
+    def __init__(self, controller: str, cluster: str = metrics.HUB) -> None:
+        self._children = {source: metrics.RECONCILE_TRIGGERS.labels(controller, cluster,
+                                                                    source)
                           for source in SOURCES}
 
     def count(self, triggers: Triggers) -> None:

@@ -327,7 +327,7 @@ def test_reconcile_that_raises_on_some_objects_does_not_hold_up_others(
 
 def reconcile_errors() -> float:
     return REGISTRY.get_sample_value("operator_kit_controller_reconcile_errors_total",
-                                     {"controller": "widget"}) or 0.0
+                                     {"controller": "widget", "cluster": ""}) or 0.0
 
 
 def test_an_object_deleted_during_its_reconcile_is_gone_not_failed(
