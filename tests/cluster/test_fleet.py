@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
+from prometheus_client import REGISTRY
 
 from operator_kit import Action, Context, Controller, CustomResource, Operator
 from operator_kit.client.transport import Api, api_client
@@ -339,6 +340,12 @@ def test_a_member_that_goes_down_while_running_delays_no_other_and_still_leaves(
         proxy.close()
 
 
+def reconciled(cluster: str) -> float | None:
+    """The fleet controller's successful reconciles on `cluster` (None: no series)."""
+    return REGISTRY.get_sample_value("controller_runtime_reconcile_total", {
+        "controller": "parcel", "cluster": cluster, "result": "success"})
+
+
 def server_of(member: Member) -> str:
     return str(member.cluster.client.configuration.host)
 
@@ -383,6 +390,7 @@ def test_cluster_api_kubeconfig_secrets_in_the_hub_join_rejoin_and_leave(
                               message="the Secret's cluster joining")
             assert made["data"]["cluster"] == "workload"
             joined = fleet.members()["workload"]
+            assert (reconciled("workload") or 0) >= 1  # its own series, by cluster
             assert joined.cluster.kubeconfig == f"Secret {capi.name}/workload-kubeconfig"
 
             hub.cluster.api.apply(kubeconfig_secret(capi.name, "workload", second_config),
@@ -394,6 +402,8 @@ def test_cluster_api_kubeconfig_secrets_in_the_hub_join_rejoin_and_leave(
 
             hub.cluster.api.request("DELETE", f"{secret_path}/workload-kubeconfig")
             eventually(15, lambda: fleet.members() == {}, message="the cluster leaving")
+            eventually(15, lambda: reconciled("workload") is None,
+                       message="its series dropped once it has left")
     finally:
         operator.stop()
         fleet.stop()
