@@ -17,8 +17,9 @@ client-go's ``rest_client_requests_total{code,method,host}`` and its siblings.
 `Both` updates an operator_kit metric and its controller-runtime twin together, so the
 two can never disagree.
 
-Every series of a controller also has a ``cluster`` label: the fleet member it reconciles
-on (`operator_kit.fleet`), or ``""`` (`HUB`) on the operator's own cluster — the name
+Every series of a controller, and of a watch, also has a ``cluster`` label: the fleet
+member it reconciles or watches (`operator_kit.fleet`), or ``""`` (`HUB`) on the
+operator's own cluster — the name
 multicluster-runtime gives its local cluster, and the value Prometheus stores as no
 label at all, so the hub's series are stored exactly as controller-runtime's and
 dashboards written for those keep working; ``sum by (controller)`` adds the members up,
@@ -206,7 +207,7 @@ def forget_cluster(cluster: str) -> None:
     """Drop every series of fleet member `cluster` (it left the fleet): a cluster that
     comes back starts from zero, and one gone for good leaves nothing behind. The
     ``workqueue_depth`` gauges and their siblings are read from the live queues, so they
-    go with the member's queues."""
+    go with the member's queues, and the watch-failing ones with its informers."""
     if cluster == HUB:
         raise ValueError("forget_cluster: the hub's series stay (give a member's name)")
     for family in (RECONCILES, RECONCILE_ERRORS, RECONCILE_DURATION, QUEUE_DEPTH, RETRIES,
@@ -214,7 +215,7 @@ def forget_cluster(cluster: str) -> None:
                    CR_RECONCILE_ERRORS, CR_RECONCILE_PANICS, CR_RECONCILE_TIME,
                    CR_RECONCILE_TIMEOUTS, CR_ACTIVE_WORKERS, CR_MAX_CONCURRENT,
                    WORKQUEUE_ADDS, WORKQUEUE_QUEUE_DURATION, WORKQUEUE_WORK_DURATION,
-                   WORKQUEUE_RETRIES):
+                   WORKQUEUE_RETRIES, WATCH_RESTARTS, CACHE_OBJECTS):
         family.remove_by_labels({"cluster": cluster})
 
 
@@ -318,18 +319,19 @@ REGISTRY.register(WORKQUEUE_GAUGES)
 WATCH_RESTARTS = Counter(
     "operator_kit_watch_restarts",
     "Watches restarted, by resource and reason (expired, stalled, error, closed, relist).",
-    ["resource", "reason"],
+    ["resource", "cluster", "reason"],
 )
 CACHE_OBJECTS = Gauge(
     "operator_kit_cache_objects",
     "Objects held in a watch's cache, by resource.",
-    ["resource"],
+    ["resource", "cluster"],
 )
 
 class WatchHealth(Protocol):
     """What a watch tells the gauges below when they are scraped."""
 
     metric_resource: str
+    metric_cluster: str
 
     def failing_for(self) -> float | None:
         """Seconds its list or watch has been failing (0.0 when healthy), or None when it
@@ -337,9 +339,10 @@ class WatchHealth(Protocol):
 
 
 class _WatchGauges(Collector):
-    """``operator_kit_watch_failing{resource}`` (1 while a watch of the resource cannot
-    list or watch) and ``operator_kit_watch_failing_seconds{resource}`` (for how long:
-    the longest of its watches), read from the live informers at scrape time."""
+    """``operator_kit_watch_failing{resource,cluster}`` (1 while a watch of the resource
+    cannot list or watch) and ``operator_kit_watch_failing_seconds{resource,cluster}``
+    (for how long: the longest of its watches), read from the live informers at scrape
+    time: a fleet member's watches apart from the hub's."""
 
     def __init__(self) -> None:
         self._watches: weakref.WeakSet[WatchHealth] = weakref.WeakSet()
@@ -353,21 +356,22 @@ class _WatchGauges(Collector):
         failing = GaugeMetricFamily(
             "operator_kit_watch_failing", "1 while a watch of the resource fails to list "
             "or watch (its changes are missed until it works again), else 0.",
-            labels=["resource"])
+            labels=["resource", "cluster"])
         seconds = GaugeMetricFamily(
             "operator_kit_watch_failing_seconds", "Seconds the longest-failing watch of the "
-            "resource has failed to list or watch (0 when all work).", labels=["resource"])
-        longest: dict[str, float] = {}
+            "resource has failed to list or watch (0 when all work).",
+            labels=["resource", "cluster"])
+        longest: dict[tuple[str, str], float] = {}
         with self._lock:
             watches = list(self._watches)
         for watch in watches:
             failing_for = watch.failing_for()
             if failing_for is not None:
-                name = watch.metric_resource
+                name = (watch.metric_resource, watch.metric_cluster)
                 longest[name] = max(longest.get(name, 0.0), failing_for)
         for name, value in sorted(longest.items()):
-            failing.add_metric([name], 1.0 if value > 0 else 0.0)
-            seconds.add_metric([name], value)
+            failing.add_metric(list(name), 1.0 if value > 0 else 0.0)
+            seconds.add_metric(list(name), value)
         yield failing
         yield seconds
 

@@ -168,7 +168,8 @@ class Member:
         workers = sum(c.max_concurrent_reconciles for c in self.controllers)
         watches = sum(1 + len(c.owns) + len(c.watches) for c in self.controllers)
         self._api = api = Api(self.cluster.api_client(pool_size=max(8, workers + watches + 4)))
-        informers = Informers(api, self.stop, stall_timeout=self.watch_stall_timeout)
+        informers = Informers(api, self.stop, stall_timeout=self.watch_stall_timeout,
+                              cluster=self.name)
         recorder = EventRecorder(api, self.field_manager)
         objects = Objects(api, informers, field_manager=self.field_manager)
         runners = [ControllerRunner(controller, api, field_manager=self.field_manager,

@@ -91,6 +91,10 @@ def test_a_member_that_leaves_drops_its_series_and_one_that_rejoins_keeps_them(
         first = eventually(10, lambda: fleet.members().get("metrics-west"),
                            message="the member")
         eventually(10, lambda: series("metrics-west"), message="its series")
+        # Its API server does not answer: its watch fails, and says so as its own.
+        eventually(10, lambda: REGISTRY.get_sample_value("operator_kit_watch_failing", {
+            "resource": "things.fleet.operator-kit.test", "cluster": "metrics-west"}) == 1,
+            message="the member's watch failing, by cluster")
         # Rewritten: it leaves and joins again at once; the old member stopping later
         # must not take the new one's series with it.
         write_kubeconfig(tmp_path / "metrics-west.yaml", closed_port())

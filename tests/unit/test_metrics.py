@@ -233,6 +233,7 @@ class FailingWatch:
     """A watch as the gauges see it (`metrics.WatchHealth`): failing for 12.5 s."""
 
     metric_resource = "widgets.example.com"
+    metric_cluster = ""
 
     def __init__(self, failing_for: float | None = 12.5) -> None:
         self.seconds = failing_for
@@ -249,14 +250,19 @@ def test_watch_gauges_say_which_resource_fails_and_for_how_long() -> None:
     for watch in [*watches, healthy]:
         metrics.WATCH_GAUGES.track(watch)
 
-    def sample(name: str, resource: str) -> float | None:
-        return REGISTRY.get_sample_value(name, {"resource": resource})
+    def sample(name: str, resource: str, cluster: str = "") -> float | None:
+        return REGISTRY.get_sample_value(name, {"resource": resource, "cluster": cluster})
 
     assert sample("operator_kit_watch_failing", "widgets.example.com") == 1.0
     assert sample("operator_kit_watch_failing_seconds", "widgets.example.com") == 3.0
     assert sample("operator_kit_watch_failing", "gadgets.example.com") == 0.0
     assert sample("operator_kit_watch_failing_seconds", "gadgets.example.com") == 0.0
     watches[1].seconds = None  # stopped
+    assert sample("operator_kit_watch_failing", "widgets.example.com") == 0.0
+    member = FailingWatch(7.0)  # a fleet member's: apart from the hub's
+    member.metric_cluster = "east"
+    metrics.WATCH_GAUGES.track(member)
+    assert sample("operator_kit_watch_failing", "widgets.example.com", "east") == 1.0
     assert sample("operator_kit_watch_failing", "widgets.example.com") == 0.0
 
 
