@@ -19,11 +19,11 @@ two can never disagree.
 
 Every series of a controller, and of a watch, also has a ``cluster`` label: the fleet
 member it reconciles or watches (`operator_kit.fleet`), or ``""`` (`HUB`) on the
-operator's own cluster — the name
-multicluster-runtime gives its local cluster, and the value Prometheus stores as no
-label at all, so the hub's series are stored exactly as controller-runtime's and
-dashboards written for those keep working; ``sum by (controller)`` adds the members up,
-``{cluster!=""}`` picks them. `forget_cluster` drops a member's series when it leaves.
+operator's own cluster — the name multicluster-runtime gives its local cluster, and
+the value Prometheus stores as no label at all, so the hub's series are stored exactly
+as controller-runtime's and dashboards written for those keep working; ``sum by
+(controller)`` adds the members up, ``{cluster!=""}`` picks them. `forget_cluster` drops
+a member's series when it leaves.
 
 No ``_created`` series: prometheus_client would add one per counter and histogram child
 (the Unix time it was made), doubling the series a scrape stores for a value nothing
