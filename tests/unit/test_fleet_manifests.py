@@ -154,3 +154,17 @@ def test_every_namespace_is_a_cluster_role_and_files_need_no_hub_rbac() -> None:
                and d["metadata"]["name"] == "policy-operator-fleet" for d in docs)
     docs = hub_docs(StaticClusters({"eu": "/nowhere/eu.yaml"}))
     assert not any(d["metadata"]["name"] == "policy-operator-fleet" for d in docs)
+
+
+def test_fleet_member_documents_can_be_a_kustomize_base(
+        capsys: pytest.CaptureFixture[str], tmp_path: Any) -> None:
+    code, _, err = member_docs(capsys, PolicyController(),
+                               argv=("--kustomize", str(tmp_path / "member")))
+    assert code == 0 and "wrote" in err
+    written = {p.name: p.read_text() for p in (tmp_path / "member").iterdir()}
+    assert "kustomization.yaml" in written
+    docs = [d for name, text in written.items() if not name.startswith("kustomiz")
+            for d in yaml.safe_load_all(text) if d]
+    assert sorted(d["kind"] for d in docs) == [
+        "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "Namespace",
+        "Secret", "ServiceAccount"]
