@@ -122,7 +122,8 @@ def test_sigterm_hands_over_to_a_follower_at_once(namespace: Namespace, cluster:
     second = start(replicas, namespace, cluster.kubeconfig, "second")
     create_widget(namespace, "w", size=1)
     eventually(30, lambda: by(namespace, "w", 1) == "first")
-    eventually(10, lambda: "waiting to lead" in second.output())
+    # a wait, not a promise: a process's start (imports) took over 10 s on a loaded machine
+    eventually(30, lambda: "waiting to lead" in second.output())
     first.process.send_signal(signal.SIGTERM)
     stopped = time.monotonic()
     assert first.process.wait(30) == 0, first.output()
@@ -138,9 +139,11 @@ def test_sigkill_leader_is_replaced_within_lease_duration_plus_retry(
         namespace: Namespace, cluster: TestCluster, replicas: list[Replica]) -> None:
     first = start(replicas, namespace, cluster.kubeconfig, "first")
     eventually(30, lambda: holder(namespace) == "first")
-    start(replicas, namespace, cluster.kubeconfig, "second")
+    second = start(replicas, namespace, cluster.kubeconfig, "second")
     create_widget(namespace, "w", size=1)
     eventually(30, lambda: by(namespace, "w", 1) == "first")
+    # the follower must be running before the leader dies, or its start is counted too
+    eventually(30, lambda: "waiting to lead" in second.output())
     first.process.send_signal(signal.SIGKILL)
     killed = time.monotonic()
     set_size(namespace, "w", 2)
@@ -181,7 +184,7 @@ def test_replica_started_while_another_leads_never_reconciles_until_it_acquires(
     first = start(replicas, namespace, cluster.kubeconfig, "first")
     eventually(30, lambda: holder(namespace) == "first")
     late = start(replicas, namespace, cluster.kubeconfig, "late")
-    eventually(10, lambda: "waiting to lead" in late.output())
+    eventually(30, lambda: "waiting to lead" in late.output())
     for i in range(3):
         create_widget(namespace, f"w{i}", size=i)
         set_size(namespace, f"w{i}", i + 10)
