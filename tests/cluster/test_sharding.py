@@ -2,7 +2,9 @@
 
 Members append the start and end of every reconcile to one shared log; `overlaps` reads
 it and finds any two reconciles of the same key that ran at the same time. Timings are
-shortened (lease 4 s, renew deadline 3 s, retry 0.5 s), as in test_leader_election.
+shortened (lease 8 s, renew deadline 6 s, retry 1 s): shorter, as in test_leader_election,
+and a member busy with 750 objects on a machine at load 12 missed its 3 s renew deadline,
+lost the leader Lease and exited (as it must), which these tests do not expect.
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ from .shard_member import LABEL, OPERATOR
 
 pytestmark = pytest.mark.usefixtures("widget_kind")
 
-LEASE, DEADLINE, RETRY = 4.0, 3.0, 0.5
+LEASE, DEADLINE, RETRY = 8.0, 6.0, 1.0
+HANDOVER = 4.0
+"""Seconds within which a member stopped cleanly has handed its objects over ("at once")."""
 ROOT = Path(__file__).resolve().parents[2]
 DRAIN = "drain." + LABEL
 PATCH_RATE = 50
@@ -346,7 +350,7 @@ def test_a_member_stopped_cleanly_hands_its_objects_over_at_once(
     leaving.process.send_signal(signal.SIGTERM)
     stopped = time.monotonic()
     assert leaving.process.wait(20) == 0, leaving.output()
-    eventually(LEASE, lambda: settled(namespace, names[:1]), interval=0.2)
+    eventually(HANDOVER, lambda: settled(namespace, names[:1]), interval=0.2)
     print(f"\nSIGTERM: objects handed over {time.monotonic() - stopped:.1f}s after the stop")
     assert namespace.get("coordination.k8s.io/v1", "Lease", f"{OPERATOR}-member-c-1") is None
     assert not overlaps(runs(log))
