@@ -15,7 +15,7 @@ one of them, ``--chart-version`` SemVer. So is an unknown or incomplete flag
 ``--helm DIR`` writes a chart (`operator_kit.manifests._helm`) whose values default to the
 other flags: ``--image``, ``--replicas``, ``--namespace`` (otherwise the release's),
 ``--certificate-secret`` (``certificate.mode: external``), ``--app-version`` (its
-appVersion).
+appVersion), ``--metrics-secure`` (``metrics.secure``).
 
 ``--uninstall`` deletes instead of printing, in the order that cannot hang
 (`operator_kit.client.uninstall`): the custom objects first, while the operator still
@@ -183,7 +183,8 @@ def _run(argv: list[str] | None, *, operator: Operator | None, app: str | None,
         for path in write_helm_chart(args.helm, operator, app=app, image=args.image,
                                      namespace=args.namespace, replicas=args.replicas,
                                      certificate=certificate, app_version=args.app_version,
-                                     chart_version=args.chart_version):
+                                     chart_version=args.chart_version,
+                                     metrics_secure=args.metrics_secure):
             print(f"wrote {path}", file=sys.stderr)
         return 0
     if args.kustomize:
