@@ -11,8 +11,10 @@ when the API server says its bearer token may ``get /metrics``
 (`operator_kit.client.delegated`): 401 without a valid token, 403 for a user without
 the right, 503 when the API server cannot say. On the command line's own metrics server
 that needs TLS (`metrics_tls`: the ``tls.crt`` and ``tls.key`` of ``--metrics-cert-dir``,
-else a self-signed pair made at start, as controller-runtime makes one); under gunicorn
-the webhook port is TLS already.
+followed as the webhook server follows its files, so a renewed certificate is served
+without a restart (`operator_kit.webhooks.tls.ServingContext`, controller-runtime's
+``certwatcher``); else a self-signed pair made at start, as controller-runtime makes
+one); under gunicorn the webhook port is TLS already.
 """
 
 from __future__ import annotations
@@ -92,25 +94,33 @@ def _refusal(status: int, reason: str) -> flask.Response:
     return response
 
 
-def metrics_tls(cert_dir: str | None, name: str) -> ssl.SSLContext:
-    """The TLS server context of the secure metrics server: ``tls.crt`` and ``tls.key`` of
-    `cert_dir` (a mounted ``kubernetes.io/tls`` Secret), else a self-signed certificate
-    for `name` made now, whose key exists on disk only while it is loaded (a private
-    folder, mode 0600) and never in a log. `UsageError` for files that do not load."""
-    from operator_kit.webhooks.tls import apply_policy
+def metrics_tls(cert_dir: str | None, name: str) -> Callable[[], ssl.SSLContext]:
+    """What gives each connection of the secure metrics server its TLS context: the
+    ``tls.crt`` and ``tls.key`` of `cert_dir` (a mounted ``kubernetes.io/tls`` Secret),
+    reloaded when they change; else a self-signed certificate for `name` made now, whose
+    key exists on disk only while it is loaded (a private folder, mode 0600) and never in
+    a log. `UsageError` for files that do not load at start."""
+    from operator_kit.webhooks.tls import ServingContext, apply_policy
 
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    apply_policy(context)
     if cert_dir is not None:
         cert, key = os.path.join(cert_dir, "tls.crt"), os.path.join(cert_dir, "tls.key")
-        try:
+        serving = ServingContext(
+            cert, key, what="metrics certificate",
+            hint=lambda: f"check what is mounted at {cert_dir}",
+            unserved="scrapes are refused until they load")
+        problem = serving.check()
+        if problem is not None:
+            raise UsageError(f"--metrics-cert-dir {cert_dir}: {cert} and {key} {problem}; "
+                             "mount a kubernetes.io/tls Secret there, or leave it unset "
+                             "for a self-signed certificate")
+
+        def from_files() -> ssl.SSLContext:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.load_cert_chain(cert, key)
-        except (OSError, ssl.SSLError) as err:
-            raise UsageError(f"--metrics-cert-dir {cert_dir}: cannot serve {cert} with "
-                             f"{key} ({getattr(err, 'strerror', None) or err}); mount a "
-                             "kubernetes.io/tls Secret there, or leave it unset for a "
-                             "self-signed certificate") from None
-        return context
+            return context
+
+        return lambda: serving.context(from_files)
+    context = apply_policy(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER))
     ca = _pki.new_ca(f"{name}-metrics-ca", days=365)
     leaf = _pki.issue(ca, name, dns_names=(name, "localhost", socket.gethostname()),
                       ip_addresses=("127.0.0.1",), days=365)
@@ -125,7 +135,7 @@ def metrics_tls(cert_dir: str | None, name: str) -> ssl.SSLContext:
         context.load_cert_chain(cert_file, key_file)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    return context
+    return lambda: context
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -145,6 +155,20 @@ class _TlsHandler(_QuietHandler):
 class _Server(ThreadingMixIn, WSGIServer):
     daemon_threads = True
     allow_reuse_address = True
+    tls: Callable[[], ssl.SSLContext] | None = None
+
+    def get_request(self) -> tuple[Any, Any]:
+        """Over TLS, each connection wrapped with the context `tls` gives now (a renewed
+        certificate for new connections); the handshake is left to its thread."""
+        sock, address = self.socket.accept()
+        if self.tls is None:
+            return sock, address
+        try:
+            return self.tls().wrap_socket(sock, server_side=True,
+                                          do_handshake_on_connect=False), address
+        except BaseException:
+            sock.close()
+            raise
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A failed TLS handshake (plain HTTP to the secure metrics port) or a dropped
@@ -158,7 +182,7 @@ class HttpServer:
     """A small threaded HTTP server for the given paths of a Flask app, in its own thread."""
 
     def __init__(self, what: str, address: Address, flag: str, app: Any,
-                 tls: ssl.SSLContext | None = None) -> None:
+                 tls: Callable[[], ssl.SSLContext] | None = None) -> None:
         self.what = what
         self.scheme = "https" if tls is not None else "http"
         server_class: type[_Server] = _Server
@@ -175,9 +199,7 @@ class HttpServer:
             raise UsageError(f"{flag} {address}: cannot listen there ({err.strerror}); choose "
                              f"another address, or give 0 to turn the {what} server off"
                              ) from None
-        if tls is not None:
-            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True,
-                                                  do_handshake_on_connect=False)
+        self._server.tls = tls
         self._server.set_app(app)
         host, port = self._server.server_address[:2]
         self.address = Address(str(host), int(port))

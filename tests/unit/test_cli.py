@@ -716,23 +716,50 @@ def test_secure_metrics_are_https_only_and_refuse_a_request_without_a_token(
     assert isinstance(seen["plain http"], Exception), seen["plain http"]
 
 
-def test_secure_metrics_serve_the_certificate_of_the_folder_given(
+def served_certificate(port: int) -> bytes:
+    """The DER certificate the server on 127.0.0.1:`port` presents."""
+    import ssl
+
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
+            context.wrap_socket(raw) as tls:
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return der
+
+
+def test_secure_metrics_serve_the_certificate_of_the_folder_and_its_renewal(
         capsys: pytest.CaptureFixture[str], kubeconfig: Path, tmp_path: Path) -> None:
     import ssl
+    import time
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import Encoding
 
     from operator_kit import _pki
 
     ca = _pki.new_ca("test-ca")
-    leaf = _pki.issue(ca, "op-metrics", dns_names=("op-metrics.ns.svc",))
-    (tmp_path / "tls.crt").write_bytes(leaf.cert_pem)
-    (tmp_path / "tls.key").write_bytes(leaf.key_pem)
+    first = _pki.issue(ca, "op-metrics", dns_names=("op-metrics.ns.svc",))
+    (tmp_path / "tls.crt").write_bytes(first.cert_pem)
+    (tmp_path / "tls.key").write_bytes(first.key_pem)
     metrics = free_port()
-    seen: list[tuple[int, str]] = []
+    seen: list[Any] = []
 
     def run() -> int:
         context = ssl.create_default_context(cadata=ca.cert_pem.decode())
         context.check_hostname = False  # 127.0.0.1 is not in it; the CA check is the point
         seen.append(https_get(metrics, "/metrics", context=context))
+        seen.append(served_certificate(metrics))
+        renewed = _pki.issue(ca, "op-metrics", dns_names=("op-metrics.ns.svc",))
+        (tmp_path / "tls.key").write_bytes(renewed.key_pem)
+        (tmp_path / "tls.crt").write_bytes(renewed.cert_pem)
+        seen.append(renewed.cert.public_bytes(Encoding.DER))
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and served_certificate(metrics) != seen[-1]:
+            time.sleep(0.2)
+        seen.append(served_certificate(metrics))
         return 0
 
     code, _, _ = run_main(Operator("op", [ThingController()]),
@@ -741,7 +768,27 @@ def test_secure_metrics_serve_the_certificate_of_the_folder_given(
                            "--metrics-secure", "--metrics-cert-dir", str(tmp_path)],
                           capsys, run=run)
     assert code == 0
-    assert seen and seen[0][0] == 401
+    assert seen[0][0] == 401, "served over TLS with the folder's certificate"
+    assert x509.load_der_x509_certificate(seen[1]) == first.cert
+    assert seen[3] == seen[2], "the renewed certificate is served without a restart"
+
+
+def test_a_certificate_folder_whose_pair_does_not_load_exits_2(
+        capsys: pytest.CaptureFixture[str], kubeconfig: Path, tmp_path: Path) -> None:
+    from operator_kit import _pki
+
+    ca = _pki.new_ca("test-ca")
+    (tmp_path / "tls.crt").write_bytes(_pki.issue(ca, "a").cert_pem)
+    (tmp_path / "tls.key").write_bytes(_pki.issue(ca, "b").key_pem)
+    code, _, err = run_main(Operator("op", [ThingController()]),
+                            ["--kubeconfig", str(kubeconfig), "--health-probe-bind-address",
+                             "0", "--metrics-bind-address", f"127.0.0.1:{free_port()}",
+                             "--metrics-secure", "--metrics-cert-dir", str(tmp_path)],
+                            capsys)
+    assert code == 2
+    assert f"error: --metrics-cert-dir {tmp_path}: " in err
+    assert "do not match" in err
+    assert "BEGIN" not in err, "no key material in the message"
 
 
 def test_secure_metrics_need_an_address_of_their_own(
