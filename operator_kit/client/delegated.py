@@ -21,7 +21,9 @@ seconds costs no request: an authentication for `AUTHENTICATED_TTL` (one for
 `UNAUTHENTICATED_TTL` when the token was refused), an allowed access for `ALLOWED_TTL`, a
 denied one for `DENIED_TTL`. The caches (`TtlCache`) are keyed by the token's SHA-256,
 never the token, and hold at most `CACHE_SIZE` entries (garbage tokens cannot grow them
-without bound).
+without bound). Concurrent requests that miss the cache for the same token send one
+review, not one each: the others wait for its answer (`TtlCache.get_or_load`, the API
+server's own token cache does the same).
 
 When the API server cannot answer (down, a timeout, the operator not allowed to create
 TokenReviews or SubjectAccessReviews), the answer is 503 and an error in the log saying
@@ -89,18 +91,47 @@ class TtlCache(Generic[K, V]):
         self.size = size
         self._clock = clock
         self._entries: OrderedDict[K, tuple[float, V]] = OrderedDict()
+        self._loading: dict[K, threading.Event] = {}
         self._lock = threading.Lock()
 
     def get(self, key: K) -> V | None:
         """The value put for `key`, None when there is none or it expired."""
         with self._lock:
-            found = self._entries.get(key)
-            if found is None:
-                return None
-            if found[0] <= self._clock():
-                del self._entries[key]
-                return None
-            return found[1]
+            return self._fresh(key)
+
+    def _fresh(self, key: K) -> V | None:
+        found = self._entries.get(key)
+        if found is None:
+            return None
+        if found[0] <= self._clock():
+            del self._entries[key]
+            return None
+        return found[1]
+
+    def get_or_load(self, key: K, load: Callable[[], tuple[V, float]]) -> V:
+        """The value for `key`; when there is none, what `load` returns (a value and its
+        ttl), kept. One `load` per key at a time: other threads asking meanwhile wait for
+        it and get its value (if it raises, the next of them loads in its turn)."""
+        while True:
+            with self._lock:
+                found = self._fresh(key)
+                if found is not None:
+                    return found
+                pending = self._loading.get(key)
+                mine = pending is None
+                if pending is None:
+                    pending = self._loading[key] = threading.Event()
+            if not mine:
+                pending.wait()
+                continue
+            try:
+                value, ttl = load()
+                self.put(key, value, ttl)
+                return value
+            finally:
+                with self._lock:
+                    del self._loading[key]
+                pending.set()
 
     def put(self, key: K, value: V, ttl: float) -> None:
         """Keep `value` for `key` for `ttl` seconds."""
@@ -151,7 +182,7 @@ class DelegatedAuth:
                  size: int = CACHE_SIZE) -> None:
         self.api = api
         self._users: TtlCache[str, User | str] = TtlCache(size, clock)
-        self._access: TtlCache[tuple[User, str, str], str | None] = TtlCache(size, clock)
+        self._access: TtlCache[tuple[User, str, str], str] = TtlCache(size, clock)
 
     def check(self, authorization: str | None, path: str, verb: str = "get") -> Decision:
         """May the bearer of `authorization` (the request's Authorization header) `verb`
@@ -173,43 +204,34 @@ class DelegatedAuth:
 
     def authenticate(self, token: str) -> User | str:
         """The token's user, or why the API server refused it (cached)."""
-        key = hashlib.sha256(token.encode()).hexdigest()
-        found = self._users.get(key)
-        if found is not None:
-            return found
-        status = self._review("authentication.k8s.io", "tokenreviews",
-                              {"token": token})
-        if not status.get("authenticated"):
-            reason = str(status.get("error") or "not authenticated")
-            self._users.put(key, reason, UNAUTHENTICATED_TTL)
-            return reason
-        info = status.get("user") or {}
-        user = User(str(info.get("username") or ""), str(info.get("uid") or ""),
-                    tuple(info.get("groups") or ()),
-                    tuple(sorted((k, tuple(v or ())) for k, v in
-                                 (info.get("extra") or {}).items())))
-        self._users.put(key, user, AUTHENTICATED_TTL)
-        return user
+        def review() -> tuple[User | str, float]:
+            status = self._review("authentication.k8s.io", "tokenreviews",
+                                  {"token": token})
+            if not status.get("authenticated"):
+                return str(status.get("error") or "not authenticated"), UNAUTHENTICATED_TTL
+            info = status.get("user") or {}
+            return User(str(info.get("username") or ""), str(info.get("uid") or ""),
+                        tuple(info.get("groups") or ()),
+                        tuple(sorted((k, tuple(v or ())) for k, v in
+                                     (info.get("extra") or {}).items()))), AUTHENTICATED_TTL
+
+        return self._users.get_or_load(hashlib.sha256(token.encode()).hexdigest(), review)
 
     def authorize(self, user: User, path: str, verb: str) -> str | None:
         """None when `user` may `verb` the non-resource URL `path`, else why not (cached)."""
-        key = (user, path, verb)
-        cached = self._access.get(key)
-        if cached is not None:
-            return cached or None
-        spec: dict[str, Any] = {"user": user.name, "groups": list(user.groups),
-                                "nonResourceAttributes": {"path": path, "verb": verb}}
-        if user.uid:
-            spec["uid"] = user.uid
-        if user.extra:
-            spec["extra"] = {k: list(v) for k, v in user.extra}
-        status = self._review("authorization.k8s.io", "subjectaccessreviews", spec)
-        if status.get("allowed") and not status.get("denied"):
-            self._access.put(key, "", ALLOWED_TTL)
-            return None
-        reason = str(status.get("reason") or "no RBAC rule allows it")
-        self._access.put(key, reason, DENIED_TTL)
-        return reason
+        def review() -> tuple[str, float]:
+            spec: dict[str, Any] = {"user": user.name, "groups": list(user.groups),
+                                    "nonResourceAttributes": {"path": path, "verb": verb}}
+            if user.uid:
+                spec["uid"] = user.uid
+            if user.extra:
+                spec["extra"] = {k: list(v) for k, v in user.extra}
+            status = self._review("authorization.k8s.io", "subjectaccessreviews", spec)
+            if status.get("allowed") and not status.get("denied"):
+                return "", ALLOWED_TTL  # "": allowed
+            return str(status.get("reason") or "no RBAC rule allows it"), DENIED_TTL
+
+        return self._access.get_or_load((user, path, verb), review) or None
 
     def _review(self, group: str, plural: str, spec: dict[str, Any]) -> dict[str, Any]:
         try:

@@ -19,6 +19,7 @@ import base64
 import secrets
 import socket
 import ssl
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -149,8 +150,18 @@ def test_the_api_server_decides_who_reads_the_metrics_and_its_answers_are_cached
         assert auth.check("Bearer garbage", "/metrics").status == 401
     assert reviews_sent(before) == 0
     before = request_counts()
-    assert DelegatedAuth(cluster.api).check(f"Bearer {reader}", "/metrics").allowed
-    assert reviews_sent(before) == 2, "one TokenReview and one SubjectAccessReview"
+    fresh = DelegatedAuth(cluster.api)
+    answers: list[int] = []
+    scrapes = [threading.Thread(target=lambda: answers.append(
+        fresh.check(f"Bearer {reader}", "/metrics").status), name=f"scrape-{i}")
+        for i in range(8)]
+    for scrape in scrapes:
+        scrape.start()
+    for scrape in scrapes:
+        scrape.join()
+    assert answers == [200] * 8
+    assert reviews_sent(before) == 2, \
+        "eight concurrent scrapes: one TokenReview and one SubjectAccessReview"
 
 
 def test_an_operator_that_may_not_ask_lets_nobody_in(

@@ -89,3 +89,45 @@ def test_the_cache_is_safe_to_share_between_threads() -> None:
 def test_only_a_200_decision_lets_the_request_in() -> None:
     assert Decision(200, "allowed", "u").allowed
     assert not any(Decision(status, "x").allowed for status in (401, 403, 503))
+
+
+def test_concurrent_misses_of_one_key_load_it_once() -> None:
+    cache: TtlCache[str, int] = TtlCache(10, Clock())
+    calls: list[int] = []
+    gate = threading.Event()
+
+    def load() -> tuple[int, float]:
+        calls.append(1)
+        gate.wait(5)
+        return 42, 60
+
+    got: list[int] = []
+    threads = [threading.Thread(target=lambda: got.append(cache.get_or_load("k", load)),
+                                name=f"scrape-{i}") for i in range(8)]
+    for t in threads:
+        t.start()
+    gate.set()
+    for t in threads:
+        t.join()
+    assert (got, len(calls)) == ([42] * 8, 1)
+    assert cache.get_or_load("k", load) == 42 and len(calls) == 1, "then from the cache"
+
+
+def test_a_failed_load_is_not_kept_and_the_next_caller_loads_again() -> None:
+    cache: TtlCache[str, str] = TtlCache(10, Clock())
+
+    def fails() -> tuple[str, float]:
+        raise OSError("the API server is down")
+
+    with pytest.raises(OSError):
+        cache.get_or_load("k", fails)
+    assert cache.get("k") is None
+    assert cache.get_or_load("k", lambda: ("back", 60)) == "back"
+
+
+def test_an_expired_entry_is_loaded_again() -> None:
+    clock = Clock()
+    cache: TtlCache[str, int] = TtlCache(10, clock)
+    assert cache.get_or_load("k", lambda: (1, 30)) == 1
+    clock.now += 30
+    assert cache.get_or_load("k", lambda: (2, 30)) == 2
