@@ -15,7 +15,7 @@ one of them, ``--chart-version`` SemVer. So is an unknown or incomplete flag
 ``--helm DIR`` writes a chart (`operator_kit.manifests._helm`) whose values default to the
 other flags: ``--image``, ``--replicas``, ``--namespace`` (otherwise the release's),
 ``--certificate-secret`` (``certificate.mode: external``), ``--app-version`` (its
-appVersion).
+appVersion), ``--metrics-secure`` (``metrics.secure``).
 
 ``--uninstall`` deletes instead of printing, in the order that cannot hang
 (`operator_kit.client.uninstall`): the custom objects first, while the operator still
@@ -159,6 +159,11 @@ def _run(argv: list[str] | None, *, operator: Operator | None, app: str | None,
     parser.add_argument("--service-monitor", action="store_true",
                         help="add a Prometheus Operator ServiceMonitor "
                         "(monitoring.coreos.com/v1) and the metrics Service it scrapes")
+    parser.add_argument("--metrics-secure", action="store_true",
+                        help="serve /metrics only to bearer tokens the API server allows to "
+                        "get /metrics: the operator may create TokenReviews and "
+                        "SubjectAccessReviews, and the ClusterRole <name>-metrics-reader is "
+                        "for you to bind to Prometheus")
     args = parser.parse_args(argv)
     check_flags(args)
     if operator is None:
@@ -189,7 +194,8 @@ def _run(argv: list[str] | None, *, operator: Operator | None, app: str | None,
                                   replicas=args.replicas, certificate=certificate,
                                   namespace_document=args.namespace_document,
                                   version=args.app_version,
-                                  service_monitor=args.service_monitor)
+                                  service_monitor=args.service_monitor,
+                                  metrics_secure=args.metrics_secure)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -207,7 +213,8 @@ def _run(argv: list[str] | None, *, operator: Operator | None, app: str | None,
         for path in write_helm_chart(args.helm, operator, app=app, image=args.image,
                                      namespace=args.namespace, replicas=args.replicas,
                                      certificate=certificate, app_version=args.app_version,
-                                     chart_version=args.chart_version):
+                                     chart_version=args.chart_version,
+                                     metrics_secure=args.metrics_secure):
             print(f"wrote {path}", file=sys.stderr)
         return 0
     if args.kustomize:

@@ -22,7 +22,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from operator_kit import logs, metrics
+from operator_kit import logs, metrics, tracing
 from operator_kit.api.kinds import Kind, KindSpec
 from operator_kit.api.resources import CustomResource, InvalidResource
 from operator_kit.client.events import EventRecorder
@@ -403,8 +403,9 @@ class ControllerRunner:
         action: Action | None = None
         failure: Exception | None = None
         try:
-            action = self.finalize_or_reconcile(
-                obj, None if self.watchdog.timeout is None else attempt.refusal)
+            with tracing.reconcile(self.name, self._owner_kind, *key, triggers):
+                action = self.finalize_or_reconcile(
+                    obj, None if self.watchdog.timeout is None else attempt.refusal)
         except Exception as err:  # noqa: BLE001 - settled below, or discarded
             failure = err
         if not self.watchdog.finish(attempt, failure):
