@@ -89,7 +89,8 @@ class Operator(WebhookServing):
         self._elector_thread: threading.Thread | None = None
         self.controllers: list[Controller[Any]] = []
         self.fleet: Fleet | None = None
-        """The fleet that runs its fleet controllers, set by `Fleet.of`."""
+        """The fleet that runs its fleet controllers, set by `Fleet.of`: it starts and
+        stops with the operator, and the manifests grant what its provider reads."""
         self.kubeconfig = kubeconfig
         self.shutdown_timeout = shutdown_timeout
         self.watch_stall_timeout = watch_stall_timeout
@@ -265,6 +266,8 @@ class Operator(WebhookServing):
                       "once that is fixed", self.name, foreign)
             return
         self.check_kinds()
+        if self.fleet is not None:  # members join only while this replica may reconcile
+            self.fleet.start()
         if self.leader_election is None:
             self._start_controllers()
             return
@@ -474,6 +477,8 @@ class Operator(WebhookServing):
             self._elector_thread.join(max(1.0, deadline - time.monotonic()))
         if self._membership is not None:  # likewise: its objects go to others at once
             self._membership.stop(deadline)
+        if self.fleet is not None:  # its members stopped with `stopping`: join them
+            self.fleet.stop(max(1.0, deadline - time.monotonic()))
         log.info("operator %s stopped", self.name)
         return clean
 

@@ -379,8 +379,7 @@ def test_cluster_api_kubeconfig_secrets_in_the_hub_join_rejoin_and_leave(
     try:
         with caplog.at_level(logging.DEBUG, logger="operator_kit"):
             operator.use(hub.cluster.client)
-            operator.start()  # nothing on the hub: its only controller is the fleet's
-            fleet.start()
+            operator.start()  # and its fleet: its only controller is the fleet's
             hub.cluster.api.request("POST", secret_path, body={  # not a member's
                 "metadata": {"name": "workload-ca", "labels": {
                     "cluster.x-k8s.io/cluster-name": "workload"}}, "data": {"tls.crt": ""}})
@@ -405,10 +404,11 @@ def test_cluster_api_kubeconfig_secrets_in_the_hub_join_rejoin_and_leave(
             eventually(15, lambda: reconciled("workload") is None,
                        message="its series dropped once it has left")
     finally:
-        operator.stop()
-        fleet.stop()
+        operator.stop()  # and its fleet, joined
         as_operator.close()
         capi.delete()
+    assert not any(t.name.startswith(("fleet-", "reconcile-parcel@")) and t.is_alive()
+                   for t in threading.enumerate())
     assert not any(t.name == "watch-secrets" for t in threading.enumerate())  # closed
     logged = "\n".join(r.getMessage() for r in caplog.records)
     assert "workload" in logged  # the log said what happened ...
