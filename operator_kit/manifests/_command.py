@@ -24,7 +24,8 @@ runs its cleanups, then the stream's documents.
 ``--fleet-member`` prints (or, with ``--kustomize``, writes) what each member cluster of
 the operator's fleet needs instead (`operator_kit.manifests._fleet`); the flags about the
 hub's installation (``--image``, ``--replicas``, ``--certificate-secret``, ``--check``,
-``--helm``, ``--uninstall``, ``--service-monitor``) are refused with it.
+``--helm``, ``--uninstall``, ``--service-monitor``, ``--metrics-secure``) are refused
+with it.
 """
 
 
@@ -90,7 +91,8 @@ def check_flags(args: argparse.Namespace) -> None:
             ("--image", args.image), ("--replicas", args.replicas is not None),
             ("--certificate-secret", args.certificate_secret), ("--check", args.check),
             ("--helm", args.helm), ("--uninstall", args.uninstall),
-            ("--service-monitor", args.service_monitor)) if given]
+            ("--service-monitor", args.service_monitor),
+            ("--metrics-secure", args.metrics_secure)) if given]
         if hub:
             raise UsageError(f"--fleet-member with {', '.join(hub)}: those are about the "
                              "operator's installation in the hub; --fleet-member prints "

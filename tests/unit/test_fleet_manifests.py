@@ -111,9 +111,10 @@ def test_an_operator_without_fleet_controllers_is_told_to_leave_the_flag_out(
 def test_flags_about_the_hubs_installation_are_refused_with_fleet_member(
         capsys: pytest.CaptureFixture[str]) -> None:
     code, docs, err = member_docs(capsys, PolicyController(),
-                                  argv=("--image", "x:1", "--uninstall"))
+                                  argv=("--image", "x:1", "--uninstall",
+                                        "--metrics-secure"))
     assert code == 2 and docs == []
-    assert "--fleet-member with --image, --uninstall" in err
+    assert "--fleet-member with --image, --uninstall, --metrics-secure" in err
 
 
 def test_the_hub_rules_leave_the_fleet_controllers_out() -> None:
