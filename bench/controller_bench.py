@@ -215,8 +215,9 @@ def worker_operator_kit(kubeconfig: str, namespace: str, threads: int, owns: boo
         _serve_until_stdin_closes()
     finally:
         operator.stop(10)
-    errors = REGISTRY.get_sample_value(
-        "operator_kit_controller_reconcile_errors_total", {"controller": controller.name})
+    errors = sum(s.value for m in REGISTRY.collect()  # with or without a cluster label
+                 for s in m.samples if s.name == "operator_kit_controller_reconcile_errors_total"
+                 and s.labels.get("controller") == controller.name)
     import operator_kit
 
     _report(calls.value, int(errors or 0), str(Path(operator_kit.__file__).resolve().parent))

@@ -96,6 +96,11 @@ def worker(kubeconfig: str, namespace: str, stats_file: str, threads: int) -> in
         def record(self, name: str, at: float) -> None:
             pass
 
+    def controller_sample(name: str, controller: str) -> float:
+        """A controller's series, with or without a cluster label (a baseline's)."""
+        return float(sum(s.value for m in REGISTRY.collect() for s in m.samples
+                         if s.name == name and s.labels.get("controller") == controller))
+
     controller = WidgetController(namespace, recorder=Forgetful())
     controller.max_concurrent_reconciles = threads
     operator = Operator("soak-operator", [controller], kubeconfig=kubeconfig)
@@ -107,12 +112,10 @@ def worker(kubeconfig: str, namespace: str, stats_file: str, threads: int) -> in
                         if m.name == "operator_kit_cache_objects" for s in m.samples)
             stats = {
                 "cache": cache,
-                "reconciles": REGISTRY.get_sample_value(
-                    "operator_kit_controller_reconciles_total",
-                    {"controller": controller.name}) or 0.0,
-                "errors": REGISTRY.get_sample_value(
-                    "operator_kit_controller_reconcile_errors_total",
-                    {"controller": controller.name}) or 0.0,
+                "reconciles": controller_sample(
+                    "operator_kit_controller_reconciles_total", controller.name),
+                "errors": controller_sample(
+                    "operator_kit_controller_reconcile_errors_total", controller.name),
                 "synced": operator.wait_synced(0),
                 # Python's own view of its heap: a leak of objects grows these; RSS growing
                 # while they stay flat is the allocator (fragmentation, arenas), not a leak.

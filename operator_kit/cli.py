@@ -19,6 +19,12 @@ managers do, the probes and the metrics on ports of their own:
   default ``:8081`` in a pod, else ``127.0.0.1:8081``.
 - ``--metrics-bind-address ADDR`` (``OPERATOR_KIT_METRICS_BIND_ADDRESS``): default
   ``:8080`` in a pod, else ``127.0.0.1:8080``.
+- ``--metrics-secure`` / ``--no-metrics-secure`` (``OPERATOR_KIT_METRICS_SECURE``, a yes or
+  no): serve ``/metrics`` over HTTPS, only to requests whose bearer token the API server
+  allows to ``get /metrics`` (TokenReview, SubjectAccessReview; `operator_kit.probes`);
+  default: no. Under gunicorn the variable guards ``/metrics`` on the TLS port.
+- ``--metrics-cert-dir DIR`` (``OPERATOR_KIT_METRICS_CERT_DIR``): the ``tls.crt`` and
+  ``tls.key`` the secure metrics server serves; default: a self-signed pair made at start.
 - ``--leader-elect`` / ``--no-leader-elect`` (``OPERATOR_KIT_LEADER_ELECT``, a yes or
   no): run the controllers only while this replica holds the Lease, or at once; default:
   as the Operator declares (``leader_election``). ``--leader-elect`` on an Operator that
@@ -62,7 +68,7 @@ from operator_kit import logs
 from operator_kit._version import __version__ as kit_version
 from operator_kit.client.kubeconfig import split as kubeconfig_paths
 from operator_kit.election.leader import LeaderElection
-from operator_kit.probes import HttpServer
+from operator_kit.probes import HttpServer, metrics_tls
 from operator_kit.settings import (
     ENV,
     LOG_LIBRARIES_ENV,
@@ -129,6 +135,13 @@ def _parser(prog: str, version: str) -> argparse.ArgumentParser:
     parser.add_argument("--metrics-bind-address", metavar="ADDR", help="where /metrics is "
                         f"served; 0 turns it off (${ENV['metrics_bind_address']}; default: "
                         f":{METRICS_PORT} in a pod, else 127.0.0.1:{METRICS_PORT})")
+    parser.add_argument("--metrics-secure", action=argparse.BooleanOptionalAction,
+                        help="serve /metrics over HTTPS, only to bearer tokens the API "
+                        "server allows to get /metrics (TokenReview, SubjectAccessReview) "
+                        f"(${ENV['metrics_secure']}, a yes or no; default: no)")
+    parser.add_argument("--metrics-cert-dir", metavar="DIR", help="tls.crt and tls.key for "
+                        f"--metrics-secure (${ENV['metrics_cert_dir']}; default: a "
+                        "self-signed certificate made at start)")
     parser.add_argument("--leader-elect", action=argparse.BooleanOptionalAction,
                         help="run the controllers only while this replica holds the Lease "
                         f"(${ENV['leader_elect']}, a yes or no; default: as the operator "
@@ -179,6 +192,19 @@ def parse(argv: list[str], *, prog: str = "operator", version: str = "",
                else env.get(ENV["watch_namespace"]) or None)
     watch_namespaces = () if watched is None else namespace_list(
         watched, "--watch-namespace" if args.watch_namespace else ENV["watch_namespace"])
+    metrics_secure = bool(args.metrics_secure if args.metrics_secure is not None
+                          else _env_yes_no(ENV["metrics_secure"], env))
+    cert_dir, cert_where = value("metrics_cert_dir")
+    if cert_dir is not None:
+        missing = [f for f in ("tls.crt", "tls.key")
+                   if not os.path.isfile(os.path.join(cert_dir, f))]
+        if missing:
+            raise UsageError(f"{cert_where} {cert_dir}: no {' or '.join(missing)} there; "
+                             "give the folder a kubernetes.io/tls Secret is mounted in, or "
+                             "leave it unset for a self-signed certificate")
+        if not metrics_secure:
+            raise UsageError(f"{cert_where} {cert_dir}: only --metrics-secure serves a "
+                             "certificate; add --metrics-secure, or drop it")
     in_pod = bool(env.get("KUBERNETES_SERVICE_HOST"))
     addresses = []
     for name, port in (("health_probe_bind_address", PROBE_PORT),
@@ -191,7 +217,8 @@ def parse(argv: list[str], *, prog: str = "operator", version: str = "",
                     kubeconfig=kubeconfig, log_level=(level or "info").lower(),
                     log_format=fmt or "text", log_libraries=libraries,
                     health_probe_bind_address=addresses[0],
-                    metrics_bind_address=addresses[1], leader_elect=leader_elect)
+                    metrics_bind_address=addresses[1], leader_elect=leader_elect,
+                    metrics_secure=metrics_secure, metrics_cert_dir=cert_dir)
 
 
 def _env_yes_no(name: str, environ: Mapping[str, str] | None = None) -> bool | None:
@@ -227,7 +254,8 @@ def apply_environment(operator: Operator, settings: Settings | None = None) -> N
         listed = names.get("watch_namespace")
         settings = Settings(namespace=names.get("namespace"),
                             watch_namespaces=tuple(listed.split(",")) if listed else (),
-                            leader_elect=_env_yes_no(ENV["leader_elect"]))
+                            leader_elect=_env_yes_no(ENV["leader_elect"]),
+                            metrics_secure=env_bool(ENV["metrics_secure"], False))
     if settings.leader_elect is False and operator.sharding is not None:
         raise UsageError(f"--no-leader-elect ({ENV['leader_elect']}=0): operator "
                          f"{operator.name} shards its objects, and the elected replica "
@@ -235,6 +263,7 @@ def apply_environment(operator: Operator, settings: Settings | None = None) -> N
     if settings.leader_elect is not None:
         operator.leader_election = (operator.leader_election or LeaderElection()
                                     if settings.leader_elect else None)
+    operator.metrics_secure = settings.metrics_secure
     if settings.namespace:
         operator.namespace = settings.namespace
     if settings.kubeconfig:
@@ -250,8 +279,16 @@ def apply_environment(operator: Operator, settings: Settings | None = None) -> N
 
 
 def servers(operator: Operator, settings: Settings) -> list[HttpServer]:
-    """Bind the probe and metrics servers (one, when both name the same address)."""
+    """Bind the probe and metrics servers (one, when both name the same address); the
+    metrics one over TLS when they are secure (`operator_kit.probes.metrics_tls`)."""
     import flask
+
+    if (settings.metrics_secure and settings.metrics_bind_address is not None
+            and settings.metrics_bind_address == settings.health_probe_bind_address):
+        raise UsageError(f"--metrics-secure: --metrics-bind-address "
+                         f"{settings.metrics_bind_address} is the probes' address too, and "
+                         "the kubelet probes over plain HTTP; give the metrics an address "
+                         "of their own")
 
     views = operator.webhooks.view_functions
     groups: dict[Address, list[tuple[str, str, list[str]]]] = {}
@@ -268,7 +305,9 @@ def servers(operator: Operator, settings: Settings) -> list[HttpServer]:
             app = flask.Flask(f"operator_kit.{parts[0][0]}")
             for path in (path for part in parts for path in part[2]):
                 app.add_url_rule(f"/{path}", path, views[path])
-            bound.append(HttpServer(what, address, parts[0][1], app))
+            tls = (metrics_tls(settings.metrics_cert_dir, operator.name)
+                   if settings.metrics_secure and parts[0][0] == "metrics" else None)
+            bound.append(HttpServer(what, address, parts[0][1], app, tls))
     except UsageError:
         for server in bound:
             server.stop()

@@ -48,6 +48,9 @@ Why these values:
   termination grace period ends.
 - ``post_worker_init`` freezes the start-up heap (``gc.freeze``): full collections of it
   stalled every request for tens of milliseconds, the largest part of the tail latency.
+- ``OPERATOR_KIT_METRICS_SECURE=1``: ``/metrics`` answers only bearer tokens the API
+  server allows to ``get /metrics`` (`operator_kit.probes`); never with
+  ``OPERATOR_KIT_INSECURE_HTTP``.
 - Access log off (``OPERATOR_KIT_ACCESS_LOG=1`` turns it on): the API server calls
   webhooks on every write; metrics count them.
 - Logs: ``OPERATOR_KIT_LOG_LEVEL`` (default info), ``OPERATOR_KIT_LOG_FORMAT`` (text or
@@ -204,8 +207,11 @@ def _check_environment() -> None:
                   what="the seconds a request may take to arrive in full")
         # OPERATOR_KIT_LEADER_ELECT: the worker's Operator reads it (`apply_environment`)
         for name in ("OPERATOR_KIT_ACCESS_LOG", "OPERATOR_KIT_INSECURE_HTTP",
-                     "OPERATOR_KIT_LEADER_ELECT"):
+                     "OPERATOR_KIT_LEADER_ELECT", "OPERATOR_KIT_METRICS_SECURE"):
             _flag(name)
+        if _flag("OPERATOR_KIT_METRICS_SECURE") and _flag("OPERATOR_KIT_INSECURE_HTTP"):
+            raise UsageError("OPERATOR_KIT_METRICS_SECURE=1 with OPERATOR_KIT_INSECURE_HTTP=1 "
+                             "would take bearer tokens over plain HTTP; unset one of them")
         _managed()
         spec = env_text(APP_ENV)
         module, sep, attr = (spec or "").partition(":")

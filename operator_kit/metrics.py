@@ -8,13 +8,22 @@ project allows) and are served on ``/metrics``. Names follow Prometheus conventi
 Beside operator_kit's own names, the ones controller-runtime and client-go export are
 here with the same labels and meaning, so dashboards and alerts written for Go
 operators (kubebuilder's Grafana dashboards, the usual alert rules) work unchanged:
-``controller_runtime_reconcile_total{controller,result}`` and its siblings,
-``workqueue_*{name,controller}`` (both the queue's controller; ``workqueue_depth`` also
-by ``priority``, as controller-runtime's priority queue),
+``controller_runtime_reconcile_total{controller,cluster,result}`` and its siblings,
+``workqueue_*{name,controller,cluster}`` (name and controller both the queue's
+controller; ``workqueue_depth`` also by ``priority``, as controller-runtime's priority
+queue),
 ``leader_election_master_status{name}``, ``controller_runtime_webhook_*{webhook}`` and
 client-go's ``rest_client_requests_total{code,method,host}`` and its siblings.
 `Both` updates an operator_kit metric and its controller-runtime twin together, so the
 two can never disagree.
+
+Every series of a controller, and of a watch, also has a ``cluster`` label: the fleet
+member it reconciles or watches (`operator_kit.fleet`), or ``""`` (`HUB`) on the
+operator's own cluster — the name multicluster-runtime gives its local cluster, and
+the value Prometheus stores as no label at all, so the hub's series are stored exactly
+as controller-runtime's and dashboards written for those keep working; ``sum by
+(controller)`` adds the members up, ``{cluster!=""}`` picks them. `forget_cluster` drops
+a member's series when it leaves.
 
 No ``_created`` series: prometheus_client would add one per counter and histogram child
 (the Unix time it was made), doubling the series a scrape stores for a value nothing
@@ -78,33 +87,33 @@ class Both:
 RECONCILES = Counter(
     "operator_kit_controller_reconciles",
     "Reconciles run, by controller.",
-    ["controller"],
+    ["controller", "cluster"],
 )
 RECONCILE_ERRORS = Counter(
     "operator_kit_controller_reconcile_errors",
     "Reconciles (or finalizer cleanups) that raised, by controller.",
-    ["controller"],
+    ["controller", "cluster"],
 )
 RECONCILE_DURATION = Histogram(
     "operator_kit_controller_reconcile_duration_seconds",
     "Time spent in one reconcile, by controller.",
-    ["controller"],
+    ["controller", "cluster"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
 )
 QUEUE_DEPTH = Gauge(
     "operator_kit_controller_queue_depth",
     "Keys waiting in a controller's work queue (ready or delayed).",
-    ["controller"],
+    ["controller", "cluster"],
 )
 RETRIES = Counter(
     "operator_kit_controller_retries",
     "Keys requeued with failure backoff after an error, by controller.",
-    ["controller"],
+    ["controller", "cluster"],
 )
 IN_FLIGHT = Gauge(
     "operator_kit_controller_reconciles_in_flight",
     "Reconciles running now, by controller.",
-    ["controller"],
+    ["controller", "cluster"],
 )
 
 STUCK = Gauge(
@@ -112,20 +121,20 @@ STUCK = Gauge(
     "Reconciles that ran past the controller's reconcile_timeout and have not returned "
     "yet: their keys were released for a retry and their writes are refused, but their "
     "threads still run (a Python thread cannot be cancelled).",
-    ["controller"],
+    ["controller", "cluster"],
 )
 RECONCILE_TRIGGERS = Counter(
     "operator_kit_controller_reconcile_triggers",
     "What queued the reconciles that ran, by controller and trigger: primary, owned, "
     "watched, requeue, retry, resync (several triggers coalesced into one reconcile each "
     "count; see operator_kit.runtime.triggers).",
-    ["controller", "trigger"],
+    ["controller", "cluster", "trigger"],
 )
 MAPPER_ERRORS = Counter(
     "operator_kit_mapper_errors",
     "Calls of a Watch mapper that raised or returned something naming no primary object "
     "(its valid keys were still queued), by controller and mapper (its qualified name).",
-    ["controller", "mapper"],
+    ["controller", "cluster", "mapper"],
 )
 
 # -- controllers, as controller-runtime names them --------------------------------------
@@ -136,23 +145,23 @@ RESULTS = ("success", "error", "requeue", "requeue_after")
 CR_RECONCILES = Counter(
     "controller_runtime_reconcile",
     "Total number of reconciliations per controller, by result.",
-    ["controller", "result"],
+    ["controller", "cluster", "result"],
 )
 CR_RECONCILE_ERRORS = Counter(
     "controller_runtime_reconcile_errors",
     "Total number of reconciliation errors per controller.",
-    ["controller"],
+    ["controller", "cluster"],
 )
 CR_RECONCILE_PANICS = Counter(
     "controller_runtime_reconcile_panics",
     "Total number of reconciliation panics per controller: reconciles that raised "
     "something other than an API error (logged with a traceback).",
-    ["controller"],
+    ["controller", "cluster"],
 )
 CR_RECONCILE_TIME = Histogram(
     "controller_runtime_reconcile_time_seconds",
     "Length of time per reconciliation per controller.",
-    ["controller"],
+    ["controller", "cluster"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6,
              0.7, 0.8, 0.9, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5, 6, 7, 8, 9,
              10, 15, 20, 25, 30, 40, 50, 60),
@@ -161,32 +170,53 @@ CR_RECONCILE_TIMEOUTS = Counter(
     "controller_runtime_reconcile_timeouts",
     "Total number of reconciliation timeouts per controller: reconciles that ran past "
     "reconcile_timeout (each also counts as an error).",
-    ["controller"],
+    ["controller", "cluster"],
 )
 CR_ACTIVE_WORKERS = Gauge(
     "controller_runtime_active_workers",
     "Number of currently used workers per controller.",
-    ["controller"],
+    ["controller", "cluster"],
 )
 CR_MAX_CONCURRENT = Gauge(
     "controller_runtime_max_concurrent_reconciles",
     "Maximum number of concurrent reconciles per controller.",
-    ["controller"],
+    ["controller", "cluster"],
 )
 
 
-def init_controller(controller: str, max_concurrent_reconciles: int) -> None:
+HUB = ""
+"""The ``cluster`` label of the series of the operator's own cluster (not a fleet member)."""
+
+
+def init_controller(controller: str, max_concurrent_reconciles: int,
+                    cluster: str = HUB) -> None:
     """Give a controller's series their value before its first reconcile, as
     controller-runtime does: zero for each result, errors and panics (so ``rate()`` and
     alerts see them from the start), and its maximum of concurrent reconciles."""
     for result in RESULTS:
-        CR_RECONCILES.labels(controller, result)
-    CR_RECONCILE_ERRORS.labels(controller)
-    CR_RECONCILE_PANICS.labels(controller)
-    CR_RECONCILE_TIMEOUTS.labels(controller)
-    CR_ACTIVE_WORKERS.labels(controller)
-    CR_MAX_CONCURRENT.labels(controller).set(max_concurrent_reconciles)
-    WORKQUEUE_RETRIES.labels(controller, controller)
+        CR_RECONCILES.labels(controller, cluster, result)
+    CR_RECONCILE_ERRORS.labels(controller, cluster)
+    CR_RECONCILE_PANICS.labels(controller, cluster)
+    CR_RECONCILE_TIMEOUTS.labels(controller, cluster)
+    CR_ACTIVE_WORKERS.labels(controller, cluster)
+    CR_MAX_CONCURRENT.labels(controller, cluster).set(max_concurrent_reconciles)
+    WORKQUEUE_RETRIES.labels(controller, controller, cluster)
+
+
+def forget_cluster(cluster: str) -> None:
+    """Drop every series of fleet member `cluster` (it left the fleet): a cluster that
+    comes back starts from zero, and one gone for good leaves nothing behind. The
+    ``workqueue_depth`` gauges and their siblings are read from the live queues, so they
+    go with the member's queues, and the watch-failing ones with its informers."""
+    if cluster == HUB:
+        raise ValueError("forget_cluster: the hub's series stay (give a member's name)")
+    for family in (RECONCILES, RECONCILE_ERRORS, RECONCILE_DURATION, QUEUE_DEPTH, RETRIES,
+                   IN_FLIGHT, STUCK, RECONCILE_TRIGGERS, MAPPER_ERRORS, CR_RECONCILES,
+                   CR_RECONCILE_ERRORS, CR_RECONCILE_PANICS, CR_RECONCILE_TIME,
+                   CR_RECONCILE_TIMEOUTS, CR_ACTIVE_WORKERS, CR_MAX_CONCURRENT,
+                   WORKQUEUE_ADDS, WORKQUEUE_QUEUE_DURATION, WORKQUEUE_WORK_DURATION,
+                   WORKQUEUE_RETRIES, WATCH_RESTARTS, CACHE_OBJECTS):
+        family.remove_by_labels({"cluster": cluster})
 
 
 # -- work queues, as controller-runtime labels them (name and controller: the controller) --
@@ -194,25 +224,25 @@ _QUEUE_BUCKETS = tuple(float(f"1e{e}") for e in range(-8, 2))  # 10ns .. 10s, as
 WORKQUEUE_ADDS = Counter(
     "workqueue_adds",
     "Total number of adds handled by workqueue (a key already waiting is not added again).",
-    ["name", "controller"],
+    ["name", "controller", "cluster"],
 )
 WORKQUEUE_QUEUE_DURATION = Histogram(
     "workqueue_queue_duration_seconds",
     "How long in seconds an item stays in workqueue before being requested "
     "(from when it is due, for a delayed key).",
-    ["name", "controller"],
+    ["name", "controller", "cluster"],
     buckets=_QUEUE_BUCKETS,
 )
 WORKQUEUE_WORK_DURATION = Histogram(
     "workqueue_work_duration_seconds",
     "How long in seconds processing an item from workqueue takes.",
-    ["name", "controller"],
+    ["name", "controller", "cluster"],
     buckets=_QUEUE_BUCKETS,
 )
 WORKQUEUE_RETRIES = Counter(
     "workqueue_retries",
     "Total number of retries handled by workqueue (failure backoff, throttling).",
-    ["name", "controller"],
+    ["name", "controller", "cluster"],
 )
 
 
@@ -221,6 +251,7 @@ class QueueStats(Protocol):
 
     name: str
     controller: str
+    cluster: str
 
     def stats(self) -> tuple[dict[int, int], float, float] | None:
         """(ready keys by priority, seconds of work in progress, longest running
@@ -245,7 +276,7 @@ class _QueueGauges(Collector):
             self._queues.add(queue)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        labels = ["name", "controller"]
+        labels = ["name", "controller", "cluster"]
         depth = GaugeMetricFamily(
             "workqueue_depth", "Current depth of workqueue by workqueue and priority: keys "
             "ready to be processed (not those waiting out a delay or a backoff).",
@@ -257,24 +288,25 @@ class _QueueGauges(Collector):
         longest = GaugeMetricFamily(
             "workqueue_longest_running_processor_seconds", "How many seconds has the "
             "longest running processor for workqueue been running.", labels=labels)
-        totals: dict[tuple[str, str], tuple[dict[int, int], list[float]]] = {}
+        totals: dict[tuple[str, str, str], tuple[dict[int, int], list[float]]] = {}
         with self._lock:
             queues = list(self._queues)
         for queue in queues:
             stats = queue.stats()
             if stats is None:
                 continue
-            ready, times = totals.setdefault((queue.name, queue.controller),
+            ready, times = totals.setdefault((queue.name, queue.controller, queue.cluster),
                                              ({p: 0 for p in self.ALWAYS}, [0.0, 0.0]))
             for priority, count in stats[0].items():
                 ready[priority] = ready.get(priority, 0) + count
             times[0] += stats[1]
             times[1] = max(times[1], stats[2])
-        for (name, controller), (ready, (work, longest_seconds)) in sorted(totals.items()):
+        for (name, controller, cluster), (ready, (work, longest_seconds)) in sorted(
+                totals.items()):
             for priority, count in sorted(ready.items(), reverse=True):
-                depth.add_metric([name, controller, str(priority)], count)
-            unfinished.add_metric([name, controller], work)
-            longest.add_metric([name, controller], longest_seconds)
+                depth.add_metric([name, controller, cluster, str(priority)], count)
+            unfinished.add_metric([name, controller, cluster], work)
+            longest.add_metric([name, controller, cluster], longest_seconds)
         yield depth
         yield unfinished
         yield longest
@@ -287,18 +319,19 @@ REGISTRY.register(WORKQUEUE_GAUGES)
 WATCH_RESTARTS = Counter(
     "operator_kit_watch_restarts",
     "Watches restarted, by resource and reason (expired, stalled, error, closed, relist).",
-    ["resource", "reason"],
+    ["resource", "cluster", "reason"],
 )
 CACHE_OBJECTS = Gauge(
     "operator_kit_cache_objects",
     "Objects held in a watch's cache, by resource.",
-    ["resource"],
+    ["resource", "cluster"],
 )
 
 class WatchHealth(Protocol):
     """What a watch tells the gauges below when they are scraped."""
 
     metric_resource: str
+    metric_cluster: str
 
     def failing_for(self) -> float | None:
         """Seconds its list or watch has been failing (0.0 when healthy), or None when it
@@ -306,9 +339,10 @@ class WatchHealth(Protocol):
 
 
 class _WatchGauges(Collector):
-    """``operator_kit_watch_failing{resource}`` (1 while a watch of the resource cannot
-    list or watch) and ``operator_kit_watch_failing_seconds{resource}`` (for how long:
-    the longest of its watches), read from the live informers at scrape time."""
+    """``operator_kit_watch_failing{resource,cluster}`` (1 while a watch of the resource
+    cannot list or watch) and ``operator_kit_watch_failing_seconds{resource,cluster}``
+    (for how long: the longest of its watches), read from the live informers at scrape
+    time: a fleet member's watches apart from the hub's."""
 
     def __init__(self) -> None:
         self._watches: weakref.WeakSet[WatchHealth] = weakref.WeakSet()
@@ -322,21 +356,22 @@ class _WatchGauges(Collector):
         failing = GaugeMetricFamily(
             "operator_kit_watch_failing", "1 while a watch of the resource fails to list "
             "or watch (its changes are missed until it works again), else 0.",
-            labels=["resource"])
+            labels=["resource", "cluster"])
         seconds = GaugeMetricFamily(
             "operator_kit_watch_failing_seconds", "Seconds the longest-failing watch of the "
-            "resource has failed to list or watch (0 when all work).", labels=["resource"])
-        longest: dict[str, float] = {}
+            "resource has failed to list or watch (0 when all work).",
+            labels=["resource", "cluster"])
+        longest: dict[tuple[str, str], float] = {}
         with self._lock:
             watches = list(self._watches)
         for watch in watches:
             failing_for = watch.failing_for()
             if failing_for is not None:
-                name = watch.metric_resource
+                name = (watch.metric_resource, watch.metric_cluster)
                 longest[name] = max(longest.get(name, 0.0), failing_for)
         for name, value in sorted(longest.items()):
-            failing.add_metric([name], 1.0 if value > 0 else 0.0)
-            seconds.add_metric([name], value)
+            failing.add_metric(list(name), 1.0 if value > 0 else 0.0)
+            seconds.add_metric(list(name), value)
         yield failing
         yield seconds
 

@@ -20,7 +20,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from kubernetes import client
@@ -43,6 +43,7 @@ from operator_kit.runtime.watching import Informers
 from operator_kit.serving import WebhookServing
 
 if TYPE_CHECKING:
+    from operator_kit.fleet.supervisor import Fleet
     from operator_kit.webhooks.certificates import ExternalCertificate
     from operator_kit.webhooks.server import Webhooks
 
@@ -87,6 +88,9 @@ class Operator(WebhookServing):
         self._elector_stop = threading.Event()
         self._elector_thread: threading.Thread | None = None
         self.controllers: list[Controller[Any]] = []
+        self.fleet: Fleet | None = None
+        """The fleet that runs its fleet controllers, set by `Fleet.of`: it starts and
+        stops with the operator, and the manifests grant what its provider reads."""
         self.kubeconfig = kubeconfig
         self.shutdown_timeout = shutdown_timeout
         self.watch_stall_timeout = watch_stall_timeout
@@ -101,7 +105,6 @@ class Operator(WebhookServing):
         self._lock = threading.Lock()
         self._webhooks: Webhooks | None = None
         self._reported_dead: list[str] = []
-        self._on_stop: list[Callable[[], object]] = []
         self._tls_keeper: Any = None  # a certkeeper.CertificateKeeper once serving webhooks
         # Objects of its manifests it refers to by name at run time. A kustomize namePrefix
         # renames them, and the Deployment's environment then says the new names
@@ -147,13 +150,16 @@ class Operator(WebhookServing):
         return [seen[name] for name in sorted(seen)]
 
     def rules(self, *, external_certificate: bool | None = None) -> list[Rule]:
-        """Every RBAC rule this operator needs, merged per API group and resource.
+        """Every RBAC rule this operator needs in its own cluster (the hub), merged per
+        API group and resource. Fleet controllers (``fleet = True``) run on the member
+        clusters, so their rules are not here but in ``--fleet-member``'s documents.
 
         `external_certificate` (default: whether `webhook_certificate` is set): the
         webhook certificate is a mounted Secret, so no Secret or caBundle is written."""
         rules: list[Rule] = []
         for controller in self.controllers:
-            rules.extend(controller.required_rules())
+            if not controller.fleet:
+                rules.extend(controller.required_rules())
         if self.leader_election is not None:
             rules += leader.rules(self.leader_election.lease_name or self.name)
         if self.sharding is not None:
@@ -260,6 +266,8 @@ class Operator(WebhookServing):
                       "once that is fixed", self.name, foreign)
             return
         self.check_kinds()
+        if self.fleet is not None:  # members join only while this replica may reconcile
+            self.fleet.start()
         if self.leader_election is None:
             self._start_controllers()
             return
@@ -463,8 +471,8 @@ class Operator(WebhookServing):
         if not clean:
             log.warning("operator %s: reconciles still running after %.0fs; exiting anyway",
                         self.name, bound)
-        for callback in self._on_stop:  # e.g. a Fleet's members: they stop first, too
-            callback()
+        if self.fleet is not None:  # its members stop too, before the Leases go: no
+            self.fleet.stop(max(1.0, deadline - time.monotonic()))  # overlap on a cluster
         # Release the Lease only now that no reconcile of ours can still be writing, so
         # the follower that takes over at once never overlaps with us.
         self._elector_stop.set()
@@ -474,12 +482,6 @@ class Operator(WebhookServing):
             self._membership.stop(deadline)
         log.info("operator %s stopped", self.name)
         return clean
-
-    def on_stop(self, callback: Callable[[], object]) -> None:
-        """Call `callback` in `stop` once this operator's own reconciles have finished and
-        before it releases its Leases, so what it stops (a `Fleet`'s members, say) never
-        overlaps the replica that takes over."""
-        self._on_stop.append(callback)
 
     def serve_in_background(self) -> None:
         """Start the controllers without blocking (used in the gunicorn worker)."""

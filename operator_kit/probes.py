@@ -4,33 +4,54 @@
 gunicorn serves them on the webhook port); `HttpServer` serves some of them on a port of
 their own in a thread, as controller-runtime's managers do (``--health-probe-bind-address``,
 ``--metrics-bind-address``; `operator_kit.cli`).
+
+``--metrics-secure`` (controller-runtime's ``SecureServing`` with
+``filters.WithAuthenticationAndAuthorization``): the metrics view lets a request in only
+when the API server says its bearer token may ``get /metrics``
+(`operator_kit.client.delegated`): 401 without a valid token, 403 for a user without
+the right, 503 when the API server cannot say. On the command line's own metrics server
+that needs TLS (`metrics_tls`: the ``tls.crt`` and ``tls.key`` of ``--metrics-cert-dir``,
+followed as the webhook server follows its files, so a renewed certificate is served
+without a restart (`operator_kit.webhooks.tls.ServingContext`, controller-runtime's
+``certwatcher``); else a self-signed pair made at start, as controller-runtime makes
+one); under gunicorn the webhook port is TLS already.
 """
 
 from __future__ import annotations
 
 import errno
 import logging
+import os
+import shutil
 import socket
+import ssl
+import tempfile
 import threading
 from collections.abc import Callable
 from socketserver import ThreadingMixIn
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 import flask
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from operator_kit import metrics
+from operator_kit import _pki, metrics
 from operator_kit.settings import Address, UsageError
 
-__all__ = ["HttpServer", "add_probe_views"]
+if TYPE_CHECKING:
+    from operator_kit.client.delegated import DelegatedAuth
+
+__all__ = ["HttpServer", "add_probe_views", "metrics_tls"]
 
 log = logging.getLogger("operator_kit.cli")
 
 
 def add_probe_views(app: flask.Flask, *, live: Callable[[], bool],
-                    ready: Callable[[], bool]) -> None:
-    """``/livez`` (200 while `live`), ``/readyz`` (200 while `ready`), ``/metrics``."""
+                    ready: Callable[[], bool],
+                    metrics_auth: Callable[[], DelegatedAuth | None] | None = None) -> None:
+    """``/livez`` (200 while `live`), ``/readyz`` (200 while `ready`), ``/metrics``: to
+    whom the API server allows it when `metrics_auth` (asked at each request) gives a
+    checker, else to anyone."""
 
     def livez() -> flask.Response:
         ok = live()
@@ -43,11 +64,78 @@ def add_probe_views(app: flask.Flask, *, live: Callable[[], bool],
                               mimetype="text/plain")
 
     def metrics_view() -> flask.Response:
+        auth = metrics_auth() if metrics_auth is not None else None
+        if auth is not None:
+            request = flask.request
+            decision = auth.check(request.headers.get("Authorization"), request.path)
+            if not decision.allowed:
+                return _refusal(decision.status, decision.reason)
         return flask.Response(metrics.exposition(), mimetype=CONTENT_TYPE_LATEST)
 
     app.add_url_rule("/livez", "livez", livez)
     app.add_url_rule("/readyz", "readyz", readyz)
     app.add_url_rule("/metrics", "metrics", metrics_view)
+
+
+_REFUSED = {401: "Unauthorized", 403: "Forbidden", 503: "Service Unavailable"}
+
+
+def _refusal(status: int, reason: str) -> flask.Response:
+    """401 and 403 say why (the caller's own name at most; never a token); a 503 points at
+    the operator's log, which says what failed."""
+    if status == 503:
+        reason = "the API server cannot check the token now; see the operator's log"
+    else:
+        log.debug("metrics: %s %s", status, reason)
+    response = flask.Response(f"{_REFUSED.get(status, 'Refused')}: {reason}\n", status,
+                              mimetype="text/plain")
+    if status == 401:
+        response.headers["WWW-Authenticate"] = 'Bearer realm="metrics"'
+    return response
+
+
+def metrics_tls(cert_dir: str | None, name: str) -> Callable[[], ssl.SSLContext]:
+    """What gives each connection of the secure metrics server its TLS context: the
+    ``tls.crt`` and ``tls.key`` of `cert_dir` (a mounted ``kubernetes.io/tls`` Secret),
+    reloaded when they change; else a self-signed certificate for `name` made now, whose
+    key exists on disk only while it is loaded (a private folder, mode 0600) and never in
+    a log. `UsageError` for files that do not load at start."""
+    from operator_kit.webhooks.tls import ServingContext, apply_policy
+
+    if cert_dir is not None:
+        cert, key = os.path.join(cert_dir, "tls.crt"), os.path.join(cert_dir, "tls.key")
+        serving = ServingContext(
+            cert, key, what="metrics certificate",
+            hint=lambda: f"check what is mounted at {cert_dir}",
+            unserved="scrapes are refused until they load")
+        problem = serving.check()
+        if problem is not None:
+            raise UsageError(f"--metrics-cert-dir {cert_dir}: {cert} and {key} {problem}; "
+                             "mount a kubernetes.io/tls Secret there, or leave it unset "
+                             "for a self-signed certificate")
+
+        def from_files() -> ssl.SSLContext:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(cert, key)
+            return context
+
+        return lambda: serving.context(from_files)
+    context = apply_policy(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER))
+    ca = _pki.new_ca(f"{name}-metrics-ca", days=365)
+    leaf = _pki.issue(ca, name, dns_names=(name, "localhost", socket.gethostname()),
+                      ip_addresses=("127.0.0.1",), days=365)
+    folder = tempfile.mkdtemp(prefix="operator-kit-metrics-")  # mode 0700
+    try:
+        cert_file, key_file = os.path.join(folder, "tls.crt"), os.path.join(folder, "tls.key")
+        with open(cert_file, "wb") as out:
+            out.write(leaf.cert_pem + ca.cert_pem)
+        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(leaf.key_pem)
+        context.load_cert_chain(cert_file, key_file)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return lambda: context
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -57,21 +145,52 @@ class _QuietHandler(WSGIRequestHandler):
         log.debug("%s %s", self.address_string(), format % args)
 
 
+class _TlsHandler(_QuietHandler):
+    """Over TLS: the handshake happens in the request's thread (not the accepting one),
+    and a connection that sends nothing for 10 s is closed."""
+
+    timeout = 10
+
+
 class _Server(ThreadingMixIn, WSGIServer):
     daemon_threads = True
     allow_reuse_address = True
+    tls: Callable[[], ssl.SSLContext] | None = None
+
+    def get_request(self) -> tuple[Any, Any]:
+        """Over TLS, each connection wrapped with the context `tls` gives now (a renewed
+        certificate for new connections); the handshake is left to its thread."""
+        sock, address = self.socket.accept()
+        if self.tls is None:
+            return sock, address
+        try:
+            return self.tls().wrap_socket(sock, server_side=True,
+                                          do_handshake_on_connect=False), address
+        except BaseException:
+            sock.close()
+            raise
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A failed TLS handshake (plain HTTP to the secure metrics port) or a dropped
+        connection: one debug line, not a traceback on stderr."""
+        import sys
+
+        log.debug("%s: connection closed: %s", client_address, sys.exc_info()[1])
 
 
 class HttpServer:
     """A small threaded HTTP server for the given paths of a Flask app, in its own thread."""
 
-    def __init__(self, what: str, address: Address, flag: str, app: Any) -> None:
+    def __init__(self, what: str, address: Address, flag: str, app: Any,
+                 tls: Callable[[], ssl.SSLContext] | None = None) -> None:
         self.what = what
+        self.scheme = "https" if tls is not None else "http"
         server_class: type[_Server] = _Server
         if ":" in address.host:
             server_class = type("_Server6", (_Server,), {"address_family": socket.AF_INET6})
         try:
-            self._server = server_class((address.host, address.port), _QuietHandler)
+            self._server = server_class((address.host, address.port),
+                                        _TlsHandler if tls is not None else _QuietHandler)
         except OSError as err:
             if err.errno == errno.EADDRINUSE:
                 raise UsageError(f"{flag} {address}: the address is already in use; stop what "
@@ -80,6 +199,7 @@ class HttpServer:
             raise UsageError(f"{flag} {address}: cannot listen there ({err.strerror}); choose "
                              f"another address, or give 0 to turn the {what} server off"
                              ) from None
+        self._server.tls = tls
         self._server.set_app(app)
         host, port = self._server.server_address[:2]
         self.address = Address(str(host), int(port))
@@ -88,7 +208,7 @@ class HttpServer:
 
     def start(self) -> None:
         self._thread.start()
-        log.info("serving %s on http://%s", self.what, self.address)
+        log.info("serving %s on %s://%s", self.what, self.scheme, self.address)
 
     def stop(self) -> None:
         if self._thread.is_alive():

@@ -4,7 +4,8 @@
 own: the Flask app (``/livez``, ``/readyz``, ``/metrics`` and the webhooks registered on
 it), the ``kubernetes.io/tls`` Secret its replicas share the webhook certificate in, the
 CA bundles that must trust it (`operator_kit.webhooks.certkeeper`), and the RBAC rules
-all that needs.
+all that needs. With `metrics_secure`, ``/metrics`` answers only requests whose bearer
+token the API server allows to ``get /metrics`` (`operator_kit.client.delegated`).
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from operator_kit.api.rbac import Rule
+from operator_kit.client.delegated import DelegatedAuth
 from operator_kit.client.events import RULE as EVENTS_RULE
 from operator_kit.client.events import EventRecorder
 from operator_kit.client.transport import Api, api_client
 from operator_kit.probes import add_probe_views
+from operator_kit.settings import ENV, env_bool
 
 if TYPE_CHECKING:
     from operator_kit.api.resources import CustomResource
@@ -41,6 +44,10 @@ class WebhookServing:
     mutating_configuration: str
     _webhooks: Webhooks | None
     _tls_keeper: Any
+    metrics_secure: bool | None = None
+    """``/metrics`` only for bearer tokens the API server allows to ``get /metrics``
+    (``--metrics-secure``); None: as ``OPERATOR_KIT_METRICS_SECURE`` says (off unset)."""
+    _metrics_checker: DelegatedAuth | None = None
 
     if TYPE_CHECKING:  # the Operator's
         @property
@@ -62,8 +69,22 @@ class WebhookServing:
             from operator_kit.webhooks.server import Webhooks
 
             self._webhooks = Webhooks(self.name)
-            add_probe_views(self._webhooks, live=self.live, ready=self.ready)
+            add_probe_views(self._webhooks, live=self.live, ready=self.ready,
+                            metrics_auth=self.metrics_auth)
         return self._webhooks
+
+    def metrics_auth(self) -> DelegatedAuth | None:
+        """What checks a scrape's token when the metrics are secure (`metrics_secure`),
+        over the operator's own API client; None when they are not."""
+        secure = self.metrics_secure
+        if secure is None:
+            secure = env_bool(ENV["metrics_secure"], False)
+        if not secure:
+            return None
+        checker = self._metrics_checker
+        if checker is None or checker.api is not self.api:
+            checker = self._metrics_checker = DelegatedAuth(self.api)
+        return checker
 
     @property
     def app(self) -> Webhooks:

@@ -56,6 +56,8 @@ ENV = {
     "log_format": "OPERATOR_KIT_LOG_FORMAT",
     "health_probe_bind_address": "OPERATOR_KIT_HEALTH_PROBE_BIND_ADDRESS",
     "metrics_bind_address": "OPERATOR_KIT_METRICS_BIND_ADDRESS",
+    "metrics_secure": "OPERATOR_KIT_METRICS_SECURE",
+    "metrics_cert_dir": "OPERATOR_KIT_METRICS_CERT_DIR",
     "leader_elect": "OPERATOR_KIT_LEADER_ELECT",
 }
 # A yes or no: the HTTP and Kubernetes client libraries' DEBUG lines too (`logs.configure`).
@@ -89,6 +91,10 @@ class Settings:
     log_libraries: bool = False
     health_probe_bind_address: Address | None = None
     metrics_bind_address: Address | None = None
+    # /metrics over HTTPS, each request's bearer token checked by the API server
+    metrics_secure: bool = False
+    # tls.crt and tls.key for the secure metrics server (None: a self-signed pair)
+    metrics_cert_dir: str | None = None
     manifests: list[str] | None = None
     # None: as the Operator declares (its ``leader_election``)
     leader_elect: bool | None = None

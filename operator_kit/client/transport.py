@@ -41,7 +41,7 @@ from kubernetes.client import rest as kubernetes_rest
 from kubernetes.client.exceptions import ApiException
 from urllib3.connection import HTTPConnection
 
-from operator_kit import metrics
+from operator_kit import metrics, tracing
 from operator_kit.client import kubeconfig as kubeconfig_files
 from operator_kit.client.kubeconfig import ConfigurationError as ConfigurationError
 
@@ -397,6 +397,7 @@ class Transport:
             options["timeout"] = urllib3.Timeout(total=timeout)
         started = time.monotonic()
         code = "<error>"
+        span = tracing.start_call(method, path, sent)
         try:
             try:
                 response = self.pool.request(method, url, body=data, headers=sent,
@@ -414,6 +415,7 @@ class Transport:
                     response.release_conn()
             return response
         finally:
+            tracing.end_call(span, code)
             metrics.REST_CLIENT_REQUESTS.labels(code, method, self.host).inc()
             if attempt > 1:
                 metrics.REST_CLIENT_REQUEST_RETRIES.labels(code, method, self.host).inc()

@@ -11,6 +11,11 @@ again. So a provider needs no threads or callbacks of its own — it is a snapsh
 - `KubeconfigDirectory`: every kubeconfig file in a directory; the file's name without
   its extension is the cluster's name. Adding a file while the operator runs joins a
   cluster; removing it leaves.
+- `KubeconfigSecrets` (`operator_kit.fleet.secrets`): Cluster API's kubeconfig Secrets in
+  the hub cluster, watched; its `Cluster`s hold the kubeconfig in memory (`config`).
+
+A provider that reads the hub cluster says what it needs there with `hub_access`
+(`HubAccess`): the hub's manifests grant exactly that (`operator_kit.manifests`).
 """
 
 from __future__ import annotations
@@ -18,23 +23,84 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
+
+from kubernetes import client as k8s
+from kubernetes import config as kube_config
+
+from operator_kit.api.rbac import Rule
+from operator_kit.client.transport import api_client, keepalive_socket_options
 
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
+SECRET_FIELDS = ("token", "password", "client-key-data", "client-certificate-data",
+                 "certificate-authority-data")
+"""The fields of a kubeconfig's users and clusters never shown in a message."""
+
+
 @dataclass(frozen=True)
 class Cluster:
-    """One member cluster: its `name` and the `kubeconfig` file that reaches it.
+    """One member cluster: its `name` and the `kubeconfig` file that reaches it — or,
+    with `config`, the kubeconfig document itself, held in memory only (a Secret's), and
+    `kubeconfig` then says where it came from (``Secret hub/east-kubeconfig``) for logs.
 
-    `version` tells two readings of the same file apart (the directory provider uses
-    its modification time and size): a changed version makes the cluster rejoin."""
+    `version` tells two readings of the same kubeconfig apart (the directory provider
+    uses its file's modification time and size, the Secrets provider a digest): a
+    changed version makes the cluster rejoin."""
 
     name: str
     kubeconfig: str
     version: str = ""
+    config: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+
+    def api_client(self, *, pool_size: int) -> k8s.ApiClient:
+        """A new ApiClient that reaches the cluster (its connection pool `pool_size`). An
+        in-memory kubeconfig is never written out, and a message about one that cannot
+        be used names where it came from, never its credentials."""
+        if self.config is None:
+            return api_client(self.kubeconfig, pool_size=pool_size)
+        configuration = k8s.Configuration()
+        try:
+            # Certificate data goes to private temporary files (mode 0600), as the
+            # official client does for every kubeconfig with *-data fields.
+            kube_config.load_kube_config_from_dict(dict(self.config),
+                                                   client_configuration=configuration,
+                                                   persist_config=False)
+        except (kube_config.ConfigException, AttributeError, KeyError, TypeError,
+                ValueError) as err:
+            reason = redact(" ".join(str(err).split()) or type(err).__name__, self.config)
+            raise ValueError(f"cluster {self.name}: the kubeconfig of {self.kubeconfig} "
+                             f"cannot be used: {reason}") from None
+        configuration.connection_pool_maxsize = pool_size
+        configuration.socket_options = keepalive_socket_options()
+        return k8s.ApiClient(configuration)
+
+
+def redact(message: str, config: Mapping[str, Any]) -> str:
+    """`message` with every credential of kubeconfig `config` (`SECRET_FIELDS` of its
+    users and clusters) replaced by ``<redacted>``."""
+    for section, body in (("users", "user"), ("clusters", "cluster")):
+        for entry in config.get(section) or ():
+            values = (entry.get(body) or {}) if isinstance(entry, Mapping) else {}
+            if not isinstance(values, Mapping):
+                continue
+            for name in SECRET_FIELDS:
+                value = values.get(name)
+                if isinstance(value, str) and len(value) >= 4:
+                    message = message.replace(value, "<redacted>")
+    return message
+
+
+@dataclass(frozen=True)
+class HubAccess:
+    """What a provider reads in the hub cluster: `rules`, in `namespace` (a Role there),
+    or in every namespace (None: a ClusterRole)."""
+
+    rules: tuple[Rule, ...]
+    namespace: str | None = None
 
 
 class ClusterProvider(Protocol):

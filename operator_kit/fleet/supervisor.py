@@ -25,7 +25,9 @@ that (`Fleet.leaving` lists members still stopping), and the member is dropped w
 caches. `Fleet.stop` joins every member, leaving or not.
 
 Runners are named ``<controller>@<cluster>``: their worker threads
-(``reconcile-<controller>@<cluster>-<i>``), logs and metric labels say the cluster.
+(``reconcile-<controller>@<cluster>-<i>``) and logs say the cluster; their metrics keep
+the controller's name in ``controller`` and have the member in ``cluster``
+(`operator_kit.metrics`). A member that leaves drops its series once stopped.
 """
 
 from __future__ import annotations
@@ -37,9 +39,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from operator_kit import metrics
 from operator_kit.client.events import EventRecorder
 from operator_kit.client.fencing import FencedApi, Refusal
-from operator_kit.client.transport import Api, api_client, error_message
+from operator_kit.client.transport import Api, error_message
 from operator_kit.fleet.providers import Cluster, ClusterProvider
 from operator_kit.fleet.sharding import ClusterShards
 from operator_kit.runtime.controller import Controller
@@ -81,8 +84,12 @@ class Member:
     def __init__(self, cluster: Cluster, controllers: Sequence[Controller[Any]], *,
                  field_manager: str, may_reconcile: Callable[[], bool],
                  shutdown_timeout: float, watch_stall_timeout: float,
+                 on_left: Callable[[Member], None] | None = None,
                  fence: Refusal | None = None) -> None:
         self.cluster = cluster
+        self.on_left = on_left
+        """Called in the member's thread once it has stopped (the fleet drops its
+        metric series there, unless the cluster has rejoined meanwhile)."""
         self.fence = fence
         self.name = cluster.name
         self.controllers = list(controllers)
@@ -165,9 +172,9 @@ class Member:
     def _build(self) -> None:
         workers = sum(c.max_concurrent_reconciles for c in self.controllers)
         watches = sum(1 + len(c.owns) + len(c.watches) for c in self.controllers)
-        self._api = api = Api(api_client(self.cluster.kubeconfig,
-                                         pool_size=max(8, workers + watches + 4)))
-        informers = Informers(api, self.stop, stall_timeout=self.watch_stall_timeout)
+        self._api = api = Api(self.cluster.api_client(pool_size=max(8, workers + watches + 4)))
+        informers = Informers(api, self.stop, stall_timeout=self.watch_stall_timeout,
+                              cluster=self.name)
         # Writes through a fence; Events, as a sharded hub's, are not fenced (one late
         # Event is harmless, and a refused one would fail the reconcile's error path).
         writer = api if self.fence is None else FencedApi(api, self.fence)
@@ -191,6 +198,8 @@ class Member:
         self._close()
         self.problem = "left the fleet"
         log.info("fleet: cluster %s left: its watches and workers stopped", self.name)
+        if self.on_left is not None:
+            self.on_left(self)
 
     def _close(self) -> None:
         if self._api is not None:
@@ -242,14 +251,21 @@ class Fleet:
     @classmethod
     def of(cls, operator: Operator, provider: ClusterProvider, **options: Any) -> Fleet:
         """The fleet of `operator`'s fleet controllers: it stops when the operator stops
-        (within `poll_interval`; `Operator.stop` waits for it before it releases its
-        Leases) and runs them only while the operator may reconcile (leads, under leader
+        (within `poll_interval`; `Operator.stop` stops it before it releases its Leases)
+        and runs them only while the operator may reconcile (leads, under leader
         election). With `Sharding`, each replica runs the clusters placed on it instead
-        (`operator_kit.fleet.sharding`). Its own `stop` leaves the operator running."""
+        (`operator_kit.fleet.sharding`). Its own `stop` leaves the operator running.
+
+        A provider with a ``bind`` method (`KubeconfigSecrets`) is bound to the
+        operator's Api, and the operator's ``fleet`` is set to the fleet, so that its
+        manifests grant what the provider reads in the hub (`HubAccess`)."""
         controllers = [c for c in operator.controllers if c.fleet]
         if not controllers:
             raise ValueError(f"operator {operator.name} has no fleet controllers: set "
                              "`fleet = True` on the controllers to run on member clusters")
+        bind = getattr(provider, "bind", None)
+        if bind is not None:  # a provider that reads the hub reads it as the operator does
+            bind(lambda: operator.api)
         if operator.sharding is not None:
             options.setdefault("shards", ClusterShards(operator, operator.sharding))
             options.setdefault("may_reconcile", _always)  # each cluster's Lease decides
@@ -257,7 +273,7 @@ class Fleet:
         fleet = cls(operator.name, controllers, provider, stop=operator.stopping,
                     shutdown_timeout=operator.shutdown_timeout,
                     watch_stall_timeout=operator.watch_stall_timeout, **options)
-        operator.on_stop(fleet.stop)  # members stop before the operator's Leases go
+        operator.fleet = fleet  # its manifests grant what the provider reads in the hub
         return fleet
 
     def members(self) -> dict[str, Member]:
@@ -315,13 +331,21 @@ class Fleet:
             member = Member(cluster, self.controllers, field_manager=self.name,
                             may_reconcile=may_reconcile,
                             shutdown_timeout=self.shutdown_timeout,
-                            watch_stall_timeout=self.watch_stall_timeout, fence=fence)
+                            watch_stall_timeout=self.watch_stall_timeout,
+                            on_left=self._left, fence=fence)
             with self._lock:
                 self._members[cluster.name] = member
             log.info("fleet %s: cluster %s joins (kubeconfig %s)", self.name, cluster.name,
                      cluster.kubeconfig)
             member.start()
         return changes
+
+    def _left(self, member: Member) -> None:
+        """A member stopped: drop its cluster's metric series — under the lock, and only
+        if no member of that name has joined since (whose series they now are)."""
+        with self._lock:
+            if member.name not in self._members:
+                metrics.forget_cluster(member.name)
 
     def _report(self, problem: str | None) -> None:
         if problem and problem != self._reported:
@@ -349,6 +373,9 @@ class Fleet:
                             self.name, member.name, self.shutdown_timeout + 5.0)
         if self.shards is not None:  # the members stopped: now others may take them
             self.shards.stop()
+        close = getattr(self.provider, "close", None)
+        if close is not None:  # a provider's own watch (KubeconfigSecrets)
+            close()
 
     def stop(self, timeout: float | None = None) -> None:
         """Stop every member (watches, workers) and the supervisor; join their threads."""

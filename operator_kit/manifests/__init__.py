@@ -14,11 +14,13 @@
 - `RecommendedLabels`: the ``app.kubernetes.io/*`` labels every document carries.
 
 ``python -m operator_kit.manifests MODULE:ATTR`` prints everything an operator needs, as
-`operator_manifests(operator, ...)` returns it.
+`operator_manifests(operator, ...)` returns it; with ``--fleet-member``, what each member
+cluster of its fleet needs, as `fleet_member_manifests(operator, ...)` returns it.
 """
 
 from operator_kit.manifests._crd import crd, with_conversion_webhook
 from operator_kit.manifests._deploy import operator_manifests
+from operator_kit.manifests._fleet import fleet_member_manifests
 from operator_kit.manifests._helm import helm_chart, write_helm_chart
 from operator_kit.manifests._kustomize import kustomize_base, write_kustomize_base
 from operator_kit.manifests._labels import RecommendedLabels
@@ -38,6 +40,7 @@ __all__ = [
     "WebhookRule",
     "WebhookTarget",
     "crd",
+    "fleet_member_manifests",
     "helm_chart",
     "kustomize_base",
     "operator_manifests",

@@ -15,11 +15,17 @@ one of them, ``--chart-version`` SemVer. So is an unknown or incomplete flag
 ``--helm DIR`` writes a chart (`operator_kit.manifests._helm`) whose values default to the
 other flags: ``--image``, ``--replicas``, ``--namespace`` (otherwise the release's),
 ``--certificate-secret`` (``certificate.mode: external``), ``--app-version`` (its
-appVersion).
+appVersion), ``--metrics-secure`` (``metrics.secure``).
 
 ``--uninstall`` deletes instead of printing, in the order that cannot hang
 (`operator_kit.client.uninstall`): the custom objects first, while the operator still
 runs its cleanups, then the stream's documents.
+
+``--fleet-member`` prints (or, with ``--kustomize``, writes) what each member cluster of
+the operator's fleet needs instead (`operator_kit.manifests._fleet`); the flags about the
+hub's installation (``--image``, ``--replicas``, ``--certificate-secret``, ``--check``,
+``--helm``, ``--uninstall``, ``--service-monitor``, ``--metrics-secure``) are refused
+with it.
 """
 
 
@@ -32,6 +38,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from operator_kit.manifests._deploy import operator_manifests
+from operator_kit.manifests._fleet import fleet_member_manifests
 from operator_kit.manifests._helm import SEMVER, write_helm_chart
 from operator_kit.manifests._kustomize import write_kustomize_base
 from operator_kit.manifests._yaml import to_yaml
@@ -79,6 +86,17 @@ def check_flags(args: argparse.Namespace) -> None:
     if args.kustomize is not None and args.helm is not None:
         raise UsageError("--kustomize and --helm: give one of them (each writes the same "
                          "documents in its own form)")
+    if args.fleet_member:
+        hub = [flag for flag, given in (
+            ("--image", args.image), ("--replicas", args.replicas is not None),
+            ("--certificate-secret", args.certificate_secret), ("--check", args.check),
+            ("--helm", args.helm), ("--uninstall", args.uninstall),
+            ("--service-monitor", args.service_monitor),
+            ("--metrics-secure", args.metrics_secure)) if given]
+        if hub:
+            raise UsageError(f"--fleet-member with {', '.join(hub)}: those are about the "
+                             "operator's installation in the hub; --fleet-member prints "
+                             "what each member cluster needs (leave them out)")
     if args.chart_version is not None and not SEMVER.fullmatch(args.chart_version):
         raise UsageError(f"--chart-version={args.chart_version!r}: not a SemVer 2 version, "
                          "which Helm requires; give MAJOR.MINOR.PATCH, for example 0.1.0")
@@ -136,9 +154,18 @@ def _run(argv: list[str] | None, *, operator: Operator | None, app: str | None,
     parser.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
                         help="how long --uninstall waits for the custom objects to go "
                         "(default 300)")
+    parser.add_argument("--fleet-member", action="store_true",
+                        help="print what each member cluster of the operator's fleet needs "
+                        "instead: the fleet controllers' CRDs, a ServiceAccount with their "
+                        "RBAC, and its token Secret")
     parser.add_argument("--service-monitor", action="store_true",
                         help="add a Prometheus Operator ServiceMonitor "
                         "(monitoring.coreos.com/v1) and the metrics Service it scrapes")
+    parser.add_argument("--metrics-secure", action="store_true",
+                        help="serve /metrics only to bearer tokens the API server allows to "
+                        "get /metrics: the operator may create TokenReviews and "
+                        "SubjectAccessReviews, and the ClusterRole <name>-metrics-reader is "
+                        "for you to bind to Prometheus")
     args = parser.parse_args(argv)
     check_flags(args)
     if operator is None:
@@ -154,12 +181,23 @@ def _run(argv: list[str] | None, *, operator: Operator | None, app: str | None,
     certificate = (ExternalCertificate(args.certificate_secret)
                    if args.certificate_secret else None)
     try:
+        if args.fleet_member:
+            docs = fleet_member_manifests(operator, namespace=namespace,
+                                          namespace_document=args.namespace_document,
+                                          version=args.app_version)
+            if args.kustomize:
+                for path in write_kustomize_base(args.kustomize, docs):
+                    print(f"wrote {path}", file=sys.stderr)
+            else:
+                sys.stdout.write(to_yaml(docs))
+            return 0
         docs = operator_manifests(operator, app=app, namespace=namespace,
                                   image=args.image or f"{operator.name}:latest",
                                   replicas=args.replicas, certificate=certificate,
                                   namespace_document=args.namespace_document,
                                   version=args.app_version,
-                                  service_monitor=args.service_monitor)
+                                  service_monitor=args.service_monitor,
+                                  metrics_secure=args.metrics_secure)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -177,7 +215,8 @@ def _run(argv: list[str] | None, *, operator: Operator | None, app: str | None,
         for path in write_helm_chart(args.helm, operator, app=app, image=args.image,
                                      namespace=args.namespace, replicas=args.replicas,
                                      certificate=certificate, app_version=args.app_version,
-                                     chart_version=args.chart_version):
+                                     chart_version=args.chart_version,
+                                     metrics_secure=args.metrics_secure):
             print(f"wrote {path}", file=sys.stderr)
         return 0
     if args.kustomize:

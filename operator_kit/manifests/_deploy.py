@@ -7,7 +7,8 @@
    ``conversion: Webhook`` when the operator registers a converter and the kind has
    several versions);
 2. RBAC: a ServiceAccount, a ClusterRole with exactly `Operator.rules()` (the Lease
-   rule in a namespaced Role instead) and their bindings;
+   rule in a namespaced Role instead) and their bindings; with a fleet whose provider
+   reads the hub, the Role ``<name>-fleet`` that grants it (`_fleet`);
 3. the Service the API server calls webhooks through, and the Deployment: gunicorn
    serving ``operator_kit.webhooks:app`` on one TLS port (webhooks, ``/livez``,
    ``/readyz``, ``/metrics``), probes on that port, the ServiceAccount, a non-root,
@@ -17,6 +18,10 @@
    during a drain (the webhooks fail closed: none serving means no writes);
 4. the Validating/MutatingWebhookConfigurations for the registered admission webhooks;
 5. with ``service_monitor``, the metrics Service and a ServiceMonitor (`_monitoring`);
+   with ``metrics_secure``, the ClusterRole ``<operator>-metrics-reader`` to bind to
+   Prometheus, the rights to create TokenReviews and SubjectAccessReviews in the
+   operator's ClusterRole, ``OPERATOR_KIT_METRICS_SECURE=1`` in its Deployment, and a
+   ServiceMonitor that sends a bearer token over HTTPS;
 6. the admission policies that guard the installation (`_guard`): its ServiceAccount may
    change only caBundles, a second installation cannot re-point the cluster-scoped
    documents (each carries ``operator-kit.io/installation: <namespace>``), and only the
@@ -48,10 +53,16 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from operator_kit.api.resources import CustomResource
+from operator_kit.client.delegated import RULES as METRICS_AUTH_RULES
 from operator_kit.manifests._crd import crd, with_conversion_webhook
+from operator_kit.manifests._fleet import hub_access_documents
 from operator_kit.manifests._guard import INSTALLATION_LABEL, guard_policies
 from operator_kit.manifests._labels import RecommendedLabels, labelled, version_of_image
-from operator_kit.manifests._monitoring import metrics_service, service_monitor
+from operator_kit.manifests._monitoring import (
+    metrics_reader_role,
+    metrics_service,
+    service_monitor,
+)
 from operator_kit.manifests._rbac import Rbac
 from operator_kit.manifests._webhooks import WebhookRule, WebhookTarget, webhook_configuration
 from operator_kit.settings import ENV, METRICS_PORT, NAME_ENV, PROBE_PORT
@@ -82,7 +93,8 @@ def operator_manifests(operator: Operator, *, app: str, namespace: str, image: s
                        namespace_document: bool = True,
                        version: str | None = None, instance: str | None = None,
                        part_of: str | None = None,
-                       service_monitor: bool = False) -> list[dict[str, Any]]:
+                       service_monitor: bool = False,
+                       metrics_secure: bool = False) -> list[dict[str, Any]]:
     """All documents the operator needs, for ``kubectl apply -f -``.
 
     `app` is how the image imports the operator (``MODULE:ATTR``, gunicorn's
@@ -103,7 +115,10 @@ def operator_manifests(operator: Operator, *, app: str, namespace: str, image: s
     (`OPERATOR_COMMAND`), probes and metrics over HTTP on ports of their own.
 
     `service_monitor` adds a Prometheus Operator ServiceMonitor and the metrics Service
-    it scrapes (`operator_kit.manifests._monitoring`)."""
+    it scrapes (`operator_kit.manifests._monitoring`). `metrics_secure` serves ``/metrics``
+    only to bearer tokens the API server allows (``--metrics-secure``): the operator may
+    ask it (TokenReviews, SubjectAccessReviews), and ``<name>-metrics-reader`` is the
+    ClusterRole that allows a scraper."""
     replicas = _replicas(operator, replicas)
     registrations = operator.webhook_registrations()
     certificate = (certificate or operator.webhook_certificate) if registrations else None
@@ -134,18 +149,23 @@ def operator_manifests(operator: Operator, *, app: str, namespace: str, image: s
                 UserWarning, stacklevel=2)
         docs.append(definition)
     docs += Rbac(operator.name, namespace, member_leases=operator.sharding is not None).rules(
-        *operator.rules(external_certificate=certificate is not None)).documents()
+        *operator.rules(external_certificate=certificate is not None),
+        *(METRICS_AUTH_RULES if metrics_secure else ())).documents()
+    docs += hub_access_documents(operator, namespace)  # what its fleet's provider reads
+    if metrics_secure:
+        docs.append(metrics_reader_role(operator.name))
     if registrations:
         docs.append(service(operator.webhook_service, namespace, selects=operator.name))
     docs.append(deployment(operator.name, app=app, namespace=namespace, image=image,
                            replicas=replicas, names=_names_env(operator, registrations),
                            tls_secret=certificate.secret if certificate else None,
-                           webhooks=bool(registrations)))
+                           webhooks=bool(registrations), metrics_secure=metrics_secure))
     if replicas > 1:
         docs.append(disruption_budget(operator.name, namespace))
     docs.append(network_policy(operator.name, namespace, webhooks=bool(registrations)))
     if service_monitor:
-        docs += _metrics_documents(operator, namespace, certificate, webhooks=bool(registrations))
+        docs += _metrics_documents(operator, namespace, certificate,
+                                   webhooks=bool(registrations), secure=metrics_secure)
     for mutating in (False, True):
         rules = [WebhookRule(r.kind, r.path) for r in registrations
                  if r.kind is not None and r.type == ("mutate" if mutating else "validate")]
@@ -189,14 +209,15 @@ def _guard(operator: Operator, docs: Sequence[dict[str, Any]], namespace: str, a
 
 def _metrics_documents(operator: Operator, namespace: str,
                        certificate: ExternalCertificate | None, *,
-                       webhooks: bool) -> list[dict[str, Any]]:
+                       webhooks: bool, secure: bool = False) -> list[dict[str, Any]]:
     """The metrics Service and the ServiceMonitor: over TLS on the webhook port, checking
     the served certificate (the brought one's Secret, else the one the operator keeps),
-    or over HTTP on the command line's metrics port."""
+    or over HTTP on the command line's metrics port (HTTPS when `secure`); when `secure`,
+    with Prometheus's ServiceAccount token."""
     if not webhooks:
         return [metrics_service(operator.name, namespace, port=METRICS_PORT,
                                 target_port="metrics"),
-                service_monitor(operator.name, namespace)]
+                service_monitor(operator.name, namespace, secure=secure)]
     if certificate:  # the name a webhook Certificate is issued for (cert-manager's habit)
         secret, server_name = certificate.secret, f"{operator.webhook_service}.{namespace}.svc"
     else:  # the operator's own certificate has the bare Service name too, which an
@@ -204,7 +225,7 @@ def _metrics_documents(operator: Operator, namespace: str,
         secret, server_name = operator.webhook_secret, operator.webhook_service
     return [metrics_service(operator.name, namespace, port=WEBHOOK_PORT, target_port="https"),
             service_monitor(operator.name, namespace, tls_secret=secret,
-                            server_name=server_name)]
+                            server_name=server_name, secure=secure)]
 
 
 def _replicas(operator: Operator, replicas: int | None) -> int:
@@ -280,20 +301,28 @@ def _probe(path: str, port: str = "https", scheme: str = "HTTPS") -> dict[str, A
 
 def deployment(name: str, *, app: str, namespace: str, image: str,
                replicas: int = 2, names: Mapping[str, str] | None = None,
-               tls_secret: str | None = None, webhooks: bool = True) -> dict[str, Any]:
+               tls_secret: str | None = None, webhooks: bool = True,
+               metrics_secure: bool = False) -> dict[str, Any]:
     """The operator's Deployment: gunicorn serving webhooks, probes and metrics over TLS
     (with `tls_secret`, from that Secret mounted read-only; the operator writes none);
     without `webhooks`, the operator's own command line (`OPERATOR_COMMAND`), probes over
-    HTTP on :8081 and metrics on :8080, no certificate.
+    HTTP on :8081 and metrics on :8080, no certificate (HTTPS, self-signed, with
+    `metrics_secure`).
 
-    `names` are environment variables naming the objects the operator refers to."""
+    `names` are environment variables naming the objects the operator refers to;
+    `metrics_secure` sets ``OPERATOR_KIT_METRICS_SECURE=1``."""
+    secure = [{"name": ENV["metrics_secure"], "value": "1"}] if metrics_secure else []
     if not webhooks:
-        return _deployment(name, namespace, replicas, _operator_container(name, image, app))
+        container = _operator_container(name, image, app)
+        container["env"] += secure
+        return _deployment(name, namespace, replicas, container,
+                           scheme="https" if metrics_secure else "http")
     env: list[dict[str, Any]] = [
         {"name": "OPERATOR_KIT_APP", "value": app},
         {"name": "OPERATOR_KIT_BIND", "value": f"0.0.0.0:{WEBHOOK_PORT}"},
         {"name": "OPERATOR_KIT_TLS_DIR", "value": "/run/operator-kit/tls"},
         *_pod_env(),
+        *secure,
     ]
     env += [{"name": variable, "value": value} for variable, value in (names or {}).items()]
     tls_volume: dict[str, Any] = {"name": "tls", "emptyDir": {"medium": "Memory",

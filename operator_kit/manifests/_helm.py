@@ -9,7 +9,10 @@
 - ``values.yaml`` (commented) and ``values.schema.json`` (Helm refuses a value of the wrong
   type, or an unknown one, before rendering): ``namespace``, ``image`` (repository, tag,
   pullPolicy), ``imagePullSecrets``, ``replicas``, ``resources`` and, for an operator with
-  webhooks, ``certificate`` (``mode: managed`` or ``external`` with ``secret``);
+  webhooks, ``certificate`` (``mode: managed`` or ``external`` with ``secret``), and
+  ``metrics.secure`` (``--metrics-secure``: the operator's right to create TokenReviews
+  and SubjectAccessReviews, the ``<name>-metrics-reader`` ClusterRole in
+  ``templates/metrics.yaml``, ``OPERATOR_KIT_METRICS_SECURE`` in the Deployment);
 - ``templates/``: ``crds.yaml``, ``rbac.yaml``, ``deployment.yaml``, ``webhooks.yaml`` (one
   per component, as the kustomize base), ``_helpers.tpl`` and ``NOTES.txt``.
 
@@ -19,7 +22,8 @@ several, once with the managed certificate and once with a mounted Secret, they 
 only where a value changes them, and `_template.merge` turns exactly those places into
 ``{{- if }}``: the PodDisruptionBudget and the anti-affinity when ``replicas`` > 1; the
 certificate's volume, environment, RBAC rules, self-protection policy and
-``cert-manager.io/inject-ca-from`` annotations with ``certificate.mode``. So ``helm
+``cert-manager.io/inject-ca-from`` annotations with ``certificate.mode``; the metrics
+authentication's rules, ClusterRole and setting with ``metrics.secure``. So ``helm
 template`` with some values renders what ``python -m operator_kit.manifests`` prints with the
 same settings, apart from what Helm adds: ``app.kubernetes.io/managed-by: Helm``,
 ``app.kubernetes.io/instance: <release>``, ``helm.sh/chart``, and the CRDs'
@@ -78,7 +82,7 @@ SEMVER = re.compile(r"(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
 
 # The templates' files, by component (as the kustomize base's), in apply order.
 _TEMPLATES = {"crd": "crds.yaml", "rbac": "rbac.yaml", "operator": "deployment.yaml",
-              "webhook": "webhooks.yaml"}
+              "metrics": "metrics.yaml", "webhook": "webhooks.yaml"}
 
 # Tokens the documents are asked with; none is part of another.
 _NAMESPACE = "zzhelmzz-namespace"
@@ -94,6 +98,7 @@ _PULL_POLICY = "zzhelmzz-pullpolicy"
 
 _SEVERAL = "gt (int .Values.replicas) 1"
 _EXTERNAL = 'eq .Values.certificate.mode "external"'
+_METRICS_SECURE = ".Values.metrics.secure"
 
 
 def split_image(image: str) -> tuple[str, str]:
@@ -154,11 +159,12 @@ def _prepared(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def _documents(operator: Operator, app: str, replicas: int,
-               certificate: ExternalCertificate | None) -> list[dict[str, Any]]:
+               certificate: ExternalCertificate | None,
+               metrics_secure: bool) -> list[dict[str, Any]]:
     return [_prepared(doc) for doc in operator_manifests(
         operator, app=app, namespace=_NAMESPACE, image=_IMAGE, replicas=replicas,
         certificate=certificate, namespace_document=False, version=_VERSION,
-        instance=_INSTANCE)]
+        instance=_INSTANCE, metrics_secure=metrics_secure)]
 
 
 def _several_allowed(operator: Operator) -> bool:
@@ -166,19 +172,25 @@ def _several_allowed(operator: Operator) -> bool:
 
 
 def _tree(operator: Operator, app: str) -> list[Any]:
-    """The documents, merged over replicas (one or several) and certificate modes."""
-    def over_replicas(certificate: ExternalCertificate | None) -> list[Any]:
-        one = _documents(operator, app, 1, certificate)
+    """The documents, merged over replicas (one or several), certificate modes and
+    whether the metrics are secure."""
+    def over_replicas(certificate: ExternalCertificate | None, secure: bool) -> list[Any]:
+        one = _documents(operator, app, 1, certificate, secure)
         if not _several_allowed(operator):
             return list(one)
-        return merge_documents(_SEVERAL, one, _documents(operator, app, 2, certificate))
+        return merge_documents(_SEVERAL, one,
+                               _documents(operator, app, 2, certificate, secure))
 
-    external = ExternalCertificate(_SECRET, _CERTIFICATE)
-    if not operator.webhook_registrations():
-        return over_replicas(None)
-    if operator.webhook_certificate is not None:  # it brings its own: external only
-        return over_replicas(external)
-    return merge_documents(_EXTERNAL, over_replicas(None), over_replicas(external))
+    def over_certificates(secure: bool) -> list[Any]:
+        external = ExternalCertificate(_SECRET, _CERTIFICATE)
+        if not operator.webhook_registrations():
+            return over_replicas(None, secure)
+        if operator.webhook_certificate is not None:  # it brings its own: external only
+            return over_replicas(external, secure)
+        return merge_documents(_EXTERNAL, over_replicas(None, secure),
+                               over_replicas(external, secure))
+
+    return merge_documents(_METRICS_SECURE, over_certificates(False), over_certificates(True))
 
 
 def _plain_deployment(operator: Operator, replicas: int | None) -> dict[str, Any]:
@@ -247,7 +259,8 @@ def _helpers(operator: Operator) -> str:
 
 def _values(operator: Operator, *, repository: str, tag: str, namespace: str | None,
             replicas: int, resources: Mapping[str, Any],
-            certificate: ExternalCertificate | None, app: str) -> str:
+            certificate: ExternalCertificate | None, app: str,
+            metrics_secure: bool = False) -> str:
     def block(value: Mapping[str, Any]) -> str:
         return to_yaml([value]).removeprefix("---\n").rstrip("\n")
 
@@ -284,6 +297,12 @@ replicas: {replicas}
 
 # The operator's container (requests and limits; ephemeral-storage counts its /tmp).
 {block({"resources": dict(resources)})}
+
+# secure: /metrics only for bearer tokens the API server allows to get /metrics
+#   (TokenReview, SubjectAccessReview; over HTTPS). Bind the ClusterRole
+#   {operator.name}-metrics-reader to your Prometheus's ServiceAccount.
+metrics:
+  secure: {"true" if metrics_secure else "false"}
 """
     if operator.webhook_registrations():
         external = certificate or operator.webhook_certificate
@@ -329,6 +348,8 @@ def _schema(operator: Operator) -> dict[str, Any]:
         "resources": {"type": "object", "additionalProperties": False, "properties": {
             "requests": {"type": "object"}, "limits": {"type": "object"},
             "claims": {"type": "array"}}},
+        "metrics": {"type": "object", "additionalProperties": False,
+                    "properties": {"secure": {"type": "boolean"}}},
     }
     if operator.webhook_registrations():
         properties["certificate"] = {
@@ -371,14 +392,16 @@ def helm_chart(operator: Operator, *, app: str, image: str | None = None,
                namespace: str | None = None, replicas: int | None = None,
                certificate: ExternalCertificate | None = None,
                app_version: str | None = None,
-               chart_version: str | None = None) -> dict[str, str]:
+               chart_version: str | None = None,
+               metrics_secure: bool = False) -> dict[str, str]:
     """The chart's files (path in the chart -> text) for `operator`, imported by its image
     as `app` (``MODULE:ATTR``). The other arguments are the values' defaults, as the
     stream's flags: `image` (default ``<name>:latest``), `namespace` (default: the
     release's), `replicas` (default and refusal as `operator_manifests`), `certificate`
     (an `ExternalCertificate`: ``certificate.mode: external`` by default); `app_version`
     (default: the image's tag, else ``latest``) and `chart_version` (default: the app
-    version when it is SemVer, else 0.1.0) go into Chart.yaml."""
+    version when it is SemVer, else 0.1.0) go into Chart.yaml; `metrics_secure` is
+    ``metrics.secure``'s default."""
     image = image or f"{operator.name}:latest"
     repository, tag = split_image(image)
     app_version = app_version or (tag if tag and not tag.startswith("sha256:") else "latest")
@@ -400,7 +423,7 @@ def helm_chart(operator: Operator, *, app: str, image: str | None = None,
                                tag="" if tag == app_version else tag, namespace=namespace,
                                replicas=int(deployment["spec"]["replicas"]),
                                resources=container["resources"], certificate=certificate,
-                               app=app),
+                               app=app, metrics_secure=metrics_secure),
         "values.schema.json": json.dumps(_schema(operator), indent=2) + "\n",
         "templates/_helpers.tpl": _helpers(operator),
         "templates/NOTES.txt": _notes(operator),

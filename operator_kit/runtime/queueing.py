@@ -56,7 +56,8 @@ the key by ``failure_backoff.delay(failures)`` -- 5 s, 10 s, 20 s ... up to 5 mi
 default; :meth:`WorkQueue.forget` resets the count after a success.
 
 Metrics (client-go's ``workqueue_*`` names, labels ``name`` and ``controller`` as
-controller-runtime's, both the controller's name): ``adds_total`` counts keys
+controller-runtime's, both the controller's name, and ``cluster``: the fleet member, ""
+on the hub): ``adds_total`` counts keys
 made dirty (a key already waiting is not counted again), ``queue_duration_seconds`` the
 time from a key being due to a worker taking it, ``work_duration_seconds`` from ``get``
 to ``done``; ``depth`` (ready keys only, never those waiting out a delay or backoff; by
@@ -170,9 +171,11 @@ class WorkQueue(Generic[K]):
         failure_backoff: Backoff = Backoff(),  # frozen, so safe to share
         clock: Callable[[], float] = time.monotonic,
         controller: str | None = None,
+        cluster: str = metrics.HUB,
     ) -> None:
         self.name = name
         self.controller = name if controller is None else controller
+        self.cluster = cluster  # the fleet member its keys are of ("": the hub)
         self.failure_backoff = failure_backoff
         self._clock = clock
         self._lock = threading.Lock()
@@ -195,9 +198,10 @@ class WorkQueue(Generic[K]):
         self._started_at: dict[K, float] = {}  # processing key -> when get() handed it out
         self._pending: dict[K, Triggers] = {}  # a waiting key -> why it was queued
         self._handed: dict[K, Triggers] = {}  # a processing key -> why, as get() took it
-        self._adds = metrics.WORKQUEUE_ADDS.labels(name, self.controller)
-        self._queue_duration = metrics.WORKQUEUE_QUEUE_DURATION.labels(name, self.controller)
-        self._work_duration = metrics.WORKQUEUE_WORK_DURATION.labels(name, self.controller)
+        labels = (name, self.controller, cluster)
+        self._adds = metrics.WORKQUEUE_ADDS.labels(*labels)
+        self._queue_duration = metrics.WORKQUEUE_QUEUE_DURATION.labels(*labels)
+        self._work_duration = metrics.WORKQUEUE_WORK_DURATION.labels(*labels)
         metrics.WORKQUEUE_GAUGES.track(self)
 
     def __repr__(self) -> str:

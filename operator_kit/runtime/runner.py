@@ -22,7 +22,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from operator_kit import logs, metrics
+from operator_kit import logs, metrics, tracing
 from operator_kit.api.kinds import Kind, KindSpec
 from operator_kit.api.resources import CustomResource, InvalidResource
 from operator_kit.client.events import EventRecorder
@@ -75,9 +75,11 @@ class ControllerRunner:
         self.api = api
         self.name = controller.name if cluster is None else f"{controller.name}@{cluster}"
         self.stop = stop
+        # The metrics' (controller, cluster): the controller's own name, and the member's
+        self.labels = (controller.name, metrics.HUB if cluster is None else cluster)
         self.queue: WorkQueue[Key] = WorkQueue(
-            self.name, failure_backoff=Backoff(base=controller.on_error,
-                                               cap=controller.max_backoff))
+            controller.name, cluster=self.labels[1],
+            failure_backoff=Backoff(base=controller.on_error, cap=controller.max_backoff))
         self.caught_up = CaughtUp(self.name)
         self.objects = objects if objects is not None else Objects(
             api, informers, field_manager=field_manager)
@@ -125,24 +127,25 @@ class ControllerRunner:
                                  max_spares=controller.max_concurrent_reconciles
                                  * REPLACEMENTS_PER_WORKER,
                                  stop=stop, start_worker=self._start_worker,
-                                 on_timeout=self._timed_out)
+                                 on_timeout=self._timed_out, labels=self.labels)
         self._owner_group = kind.group
         self._owner_kind = kind.kind
         self._namespaced = kind.namespaced
-        self._reconciles = metrics.RECONCILES.labels(self.name)
+        labels = self.labels
+        self._reconciles = metrics.RECONCILES.labels(*labels)
         # Each with its controller-runtime twin (see operator_kit.metrics).
-        self._errors = metrics.Both(metrics.RECONCILE_ERRORS.labels(self.name),
-                                    metrics.CR_RECONCILE_ERRORS.labels(self.name))
-        self._duration = metrics.Both(metrics.RECONCILE_DURATION.labels(self.name),
-                                      metrics.CR_RECONCILE_TIME.labels(self.name))
-        self._depth = metrics.QUEUE_DEPTH.labels(self.name)
-        self._retries = metrics.Both(metrics.RETRIES.labels(self.name),
-                                     metrics.WORKQUEUE_RETRIES.labels(self.name, self.name))
-        self._in_flight = metrics.Both(metrics.IN_FLIGHT.labels(self.name),
-                                       metrics.CR_ACTIVE_WORKERS.labels(self.name))
-        self._timeouts = metrics.CR_RECONCILE_TIMEOUTS.labels(self.name)
-        self._triggers = TriggerCounter(self.name)
-        metrics.init_controller(self.name, controller.max_concurrent_reconciles)
+        self._errors = metrics.Both(metrics.RECONCILE_ERRORS.labels(*labels),
+                                    metrics.CR_RECONCILE_ERRORS.labels(*labels))
+        self._duration = metrics.Both(metrics.RECONCILE_DURATION.labels(*labels),
+                                      metrics.CR_RECONCILE_TIME.labels(*labels))
+        self._depth = metrics.QUEUE_DEPTH.labels(*labels)
+        self._retries = metrics.Both(metrics.RETRIES.labels(*labels),
+                                     metrics.WORKQUEUE_RETRIES.labels(labels[0], *labels))
+        self._in_flight = metrics.Both(metrics.IN_FLIGHT.labels(*labels),
+                                       metrics.CR_ACTIVE_WORKERS.labels(*labels))
+        self._timeouts = metrics.CR_RECONCILE_TIMEOUTS.labels(*labels)
+        self._triggers = TriggerCounter(*labels)
+        metrics.init_controller(labels[0], controller.max_concurrent_reconciles, labels[1])
 
     def _resource(self, kind: KindSpec, where: str) -> Resource:
         try:
@@ -211,7 +214,7 @@ class ControllerRunner:
         spec = Kind.of(watch.kind)
         filters = tuple(watch.filters)
         mapper = _name(watch.mapper)
-        errors = metrics.MAPPER_ERRORS.labels(self.name, mapper)  # 0 from the start
+        errors = metrics.MAPPER_ERRORS.labels(*self.labels, mapper)  # 0 from the start
         reported = threading.Event()  # its first bad result: an ERROR; later ones DEBUG
 
         def on_watched(event: WatchEvent) -> None:
@@ -288,7 +291,7 @@ class ControllerRunner:
         self._errors.inc()
         self._retries.inc()
         self._timeouts.inc()
-        metrics.CR_RECONCILES.labels(self.name, "error").inc()
+        metrics.CR_RECONCILES.labels(*self.labels, "error").inc()
         self._duration.observe(time.monotonic() - attempt.started)
         with logs.reconciling(self.name, *key, kind=self._owner_kind,
                              group=self._owner_group):
@@ -400,8 +403,9 @@ class ControllerRunner:
         action: Action | None = None
         failure: Exception | None = None
         try:
-            action = self.finalize_or_reconcile(
-                obj, None if self.watchdog.timeout is None else attempt.refusal)
+            with tracing.reconcile(self.name, self._owner_kind, *key, triggers):
+                action = self.finalize_or_reconcile(
+                    obj, None if self.watchdog.timeout is None else attempt.refusal)
         except Exception as err:  # noqa: BLE001 - settled below, or discarded
             failure = err
         if not self.watchdog.finish(attempt, failure):
@@ -443,13 +447,13 @@ class ControllerRunner:
             return
         except Exception as err:  # noqa: BLE001 - any failure backs off and retries (logged)
             result = "error"
-            metrics.CR_RECONCILE_PANICS.labels(self.name).inc()
+            metrics.CR_RECONCILE_PANICS.labels(*self.labels).inc()
             self._failed(key, obj, err)
             return
         finally:
             self._in_flight.dec()
             self._reconciles.inc()
-            metrics.CR_RECONCILES.labels(self.name, result).inc()
+            metrics.CR_RECONCILES.labels(*self.labels, result).inc()
             self._duration.observe(time.monotonic() - started)
         after = action.requeue_after if action is not None else None
         if log.isEnabledFor(logging.DEBUG):  # only then are the changed fields compared

@@ -98,7 +98,8 @@ class Watchdog:
 
     def __init__(self, controller: str, *, timeout: float | None, max_spares: int,
                  stop: threading.Event, start_worker: Callable[[str], None],
-                 on_timeout: Callable[[Attempt, bool], None]) -> None:
+                 on_timeout: Callable[[Attempt, bool], None],
+                 labels: tuple[str, str] | None = None) -> None:
         self.controller = controller
         self.timeout = timeout
         self.max_spares = max_spares
@@ -115,7 +116,8 @@ class Watchdog:
         # ... and those that have exited since: not dead threads (`replaced`).
         self._retired: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
         self._spares = 0
-        self._stuck = metrics.STUCK.labels(controller)
+        # (controller, cluster) on the metrics: default `controller` on the hub
+        self._stuck = metrics.STUCK.labels(*(labels or (controller, metrics.HUB)))
 
     def start(self) -> threading.Thread | None:
         """Start the watchdog's thread (none without a timeout); it ends on `stop`."""

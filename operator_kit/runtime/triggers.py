@@ -38,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from operator_kit import metrics
+from operator_kit import metrics, tracing
 from operator_kit.runtime.changes import WatchEvent
 
 __all__ = ["MAX_KEPT", "SOURCES", "Trigger", "TriggerCounter", "Triggers", "changed_fields"]
@@ -92,9 +92,11 @@ class Trigger:
     """One reason a key was queued: its ``source`` (see `SOURCES`), the object that
     caused it (``kind``, ``namespace``, ``name``), the ``event`` type (ADDED, MODIFIED,
     DELETED; empty for requeue and retry), the fields an update ``changed``, and
-    ``via``, a watched kind's mapper. Read-only; equal when all of these are."""
+    ``via``, a watched kind's mapper. Read-only; equal when all of these are. ``span``:
+    the watch event as OpenTelemetry recorded it (`operator_kit.tracing`), or None."""
 
-    __slots__ = ("_changed", "_pair", "event", "kind", "name", "namespace", "source", "via")
+    __slots__ = ("_changed", "_pair", "event", "kind", "name", "namespace", "source", "span",
+                 "via")
 
     def __init__(self, source: str, kind: str = "", namespace: str = "", name: str = "",
                  event: str = "", changed: tuple[str, ...] = (), via: str = "") -> None:
@@ -104,6 +106,7 @@ class Trigger:
         # (old, new) of an update until `changed` is first read: the comparison runs on
         # the worker, for the triggers a reconcile keeps, not on the watch thread.
         self._pair: tuple[Mapping[str, Any], Mapping[str, Any]] | None = None
+        self.span: tracing.EventSpan | None = None
 
     @classmethod
     def of_event(cls, source: str, event: WatchEvent, kind: str = "",
@@ -116,8 +119,11 @@ class Trigger:
         trigger = cls("resync" if event.from_list else source, obj.get("kind") or kind,
                       meta.get("namespace") or "", meta.get("name") or "", event.type,
                       via=via)
-        if event.old is not None and not event.from_list:
-            trigger._pair = (event.old, obj)
+        if not event.from_list:
+            if event.old is not None:
+                trigger._pair = (event.old, obj)
+            trigger.span = tracing.watch_event(event.type, trigger.kind, trigger.namespace,
+                                               trigger.name)
         return trigger
 
     @property
@@ -215,11 +221,13 @@ class Triggers:
 
 
 class TriggerCounter:
-    """``operator_kit_controller_reconcile_triggers_total{controller,trigger}`` for one
-    controller: every source's series exists (at 0) from the start."""
+    """``operator_kit_controller_reconcile_triggers_total{controller,cluster,trigger}``
+    for one controller (on one fleet member, or the hub): every source's series exists
+    (at 0) from the start."""
 
-    def __init__(self, controller: str) -> None:
-        self._children = {source: metrics.RECONCILE_TRIGGERS.labels(controller, source)
+    def __init__(self, controller: str, cluster: str = metrics.HUB) -> None:
+        self._children = {source: metrics.RECONCILE_TRIGGERS.labels(controller, cluster,
+                                                                    source)
                           for source in SOURCES}
 
     def count(self, triggers: Triggers) -> None:

@@ -110,6 +110,7 @@ class Informer:
         streaming: StreamingLists | None = None,
         transform: Transform | None = None,
         default_transform: Transform | None = drop_managed_fields,
+        cluster: str = metrics.HUB,
     ) -> None:
         self.api = api
         self.resource = resource
@@ -144,7 +145,7 @@ class Informer:
         # Where a watch resumes: the last resourceVersion seen; None: (re)list first.
         self._resume: str | None = None
         self._thread: threading.Thread | None = None
-        self._gauge = metrics.CACHE_OBJECTS.labels(str(resource))
+        self._gauge = metrics.CACHE_OBJECTS.labels(str(resource), cluster)
         # The highest resourceVersion this cache has applied (a list's, an event's or a
         # bookmark's), and a condition to wait on it: see `has_seen`.
         self._seen_version = 0
@@ -153,6 +154,8 @@ class Informer:
         # watch-failing gauges and the log lines that say changes are being missed.
         self._failing_since: float | None = None
         self.metric_resource = str(resource)
+        self.metric_cluster = cluster  # the fleet member it watches ("": the hub)
+        self._watch_labels = (self.metric_resource, cluster)
         metrics.WATCH_GAUGES.track(self)
 
     # -- reading the cache ---------------------------------------------------------------
@@ -270,7 +273,7 @@ class Informer:
                 attempt = 0
             except _Expired:
                 log.info("watch on %s expired (410 Gone): relisting", self.description)
-                metrics.WATCH_RESTARTS.labels(str(self.resource), "expired").inc()
+                metrics.WATCH_RESTARTS.labels(*self._watch_labels, "expired").inc()
                 self._resume = None
             except NoInitialEventsEnd as err:
                 self.streaming.refuse(self.resource, self.description, str(err))
@@ -278,7 +281,7 @@ class Informer:
                 if self._stop.is_set():
                     break
                 if err.status == 410:
-                    metrics.WATCH_RESTARTS.labels(str(self.resource), "expired").inc()
+                    metrics.WATCH_RESTARTS.labels(*self._watch_labels, "expired").inc()
                     self._resume = None
                     continue
                 if self._resume is None and refuses_streaming(err):
@@ -287,7 +290,7 @@ class Informer:
                 attempt += 1
                 delay = _retry_after(err) or self.backoff.delay(attempt)
                 self._log_api_error(err, delay, self._failed())
-                metrics.WATCH_RESTARTS.labels(str(self.resource), "error").inc()
+                metrics.WATCH_RESTARTS.labels(*self._watch_labels, "error").inc()
                 self._stop.wait(delay)
             except Exception as err:  # noqa: BLE001 - any transport failure: back off, resume
                 if self._stop.is_set():
@@ -295,7 +298,7 @@ class Informer:
                 attempt += 1
                 delay = self.backoff.delay(attempt)
                 reason = "stalled" if isinstance(err, _Stalled) else "error"
-                metrics.WATCH_RESTARTS.labels(str(self.resource), reason).inc()
+                metrics.WATCH_RESTARTS.labels(*self._watch_labels, reason).inc()
                 log.warning("watch on %s broke (%s: %s); resuming in %.1fs; %s",
                             self.description, type(err).__name__, err, delay, self._failed())
                 self._stop.wait(delay)
@@ -508,8 +511,10 @@ class Informers:
 
     def __init__(self, api: Api, stop: threading.Event, *, stall_timeout: float = 90.0,
                  streaming: bool | None = None,
-                 default_transform: Transform | None = drop_managed_fields) -> None:
+                 default_transform: Transform | None = drop_managed_fields,
+                 cluster: str = metrics.HUB) -> None:
         self.api = api
+        self.cluster = cluster  # the fleet member they watch, on their metrics
         self._stop = stop
         self._stall_timeout = stall_timeout
         self.streaming = StreamingLists(enabled=env_bool(STREAMING_ENV, True)
@@ -533,7 +538,7 @@ class Informers:
                     label_selector=label_selector, field_selector=field_selector,
                     stall_timeout=self._stall_timeout, metadata_only=metadata_only,
                     streaming=self.streaming, transform=transform,
-                    default_transform=self.default_transform)
+                    default_transform=self.default_transform, cluster=self.cluster)
                 if self._started:
                     informer.start()
         return informer

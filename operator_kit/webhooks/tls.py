@@ -183,14 +183,19 @@ class ServingContext:
     applied to each. Thread-safe: many connections ask at once. `hint` says what to check
     when the files do not load (``check the Secret NAME``), asked only then; `clock`
     (monotonic) paces the checks, `wall` (UTC) is when a certificate must be valid.
+    `what` names the certificate in the log lines, `unserved` what follows while none of
+    its own is served (the secure metrics server's differ from the webhooks').
     What happens when the files do not load: the module docstring.
     """
 
     def __init__(self, cert: str, key: str, *, check_interval: float = 1.0,
                  clock: Callable[[], float] = time.monotonic,
                  wall: Callable[[], datetime.datetime] = _utcnow,
-                 hint: Callable[[], str] | None = None) -> None:
+                 hint: Callable[[], str] | None = None,
+                 what: str = "webhook certificate",
+                 unserved: str = "this replica is not ready until they load") -> None:
         self.paths = (cert, key)
+        self.what, self.unserved = what, unserved
         self.check_interval = check_interval
         self.hint = hint
         self._clock = clock
@@ -273,8 +278,8 @@ class ServingContext:
                seen: Fingerprint) -> None:
         cert, key = self.paths
         if self._reported is not None:
-            logger.info("webhook certificate %s and key %s now load: serving them (the "
-                        "problem logged before is over)", cert, key)
+            logger.info("%s %s and key %s now load: serving them (the problem logged "
+                        "before is over)", self.what, cert, key)
         elif self._context is not None:
             logger.info("serving the new certificate from %s", cert)
         if self._context is not None:
@@ -309,12 +314,12 @@ class ServingContext:
         hint = self.hint() if self.hint is not None else "replace them"
         if self.problem is None:  # a bad renewal: the previous pair is still served
             assert self._not_after is not None
-            logger.error("webhook certificate %s and key %s %s; %s; still serving the "
-                         "previous pair (valid until %s)", cert, key, problem, hint,
+            logger.error("%s %s and key %s %s; %s; still serving the previous pair (valid "
+                         "until %s)", self.what, cert, key, problem, hint,
                          self._not_after.isoformat())
         else:
-            logger.error("webhook certificate %s and key %s %s; %s; this replica is not "
-                         "ready until they load", cert, key, problem, hint)
+            logger.error("%s %s and key %s %s; %s; %s", self.what, cert, key, problem, hint,
+                         self.unserved)
 
 
 _current: ServingContext | None = None

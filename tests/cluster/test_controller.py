@@ -169,7 +169,7 @@ def test_failure_backoff_doubles_per_failure_and_a_success_resets_it(
     gaps = [b - a for a, b in itertools.pairwise(times)]
     assert [round(g / 0.2) for g in gaps[:4]] == [1, 2, 4, 8], gaps
     errors = REGISTRY.get_sample_value("operator_kit_controller_reconcile_errors_total",
-                                       {"controller": "widget"})
+                                       {"controller": "widget", "cluster": ""})
     assert errors is not None and errors >= 4
 
 
@@ -268,14 +268,14 @@ def test_label_selector_excludes_objects_that_do_not_match(namespace: Namespace,
 def test_reconcile_counters_move(namespace: Namespace, run_operator: RunOperator) -> None:
     def total() -> float:
         return REGISTRY.get_sample_value("operator_kit_controller_reconciles_total",
-                                         {"controller": "widget"}) or 0.0
+                                         {"controller": "widget", "cluster": ""}) or 0.0
 
     before = total()
     run_operator(WidgetController(namespace.name))
     create_widget(namespace, "w")
     eventually(20, lambda: total() >= before + 1)
     depth = REGISTRY.get_sample_value("operator_kit_controller_queue_depth",
-                                      {"controller": "widget"})
+                                      {"controller": "widget", "cluster": ""})
     assert depth is not None
 
 

@@ -46,7 +46,7 @@ def set_size(ns: Namespace, name: str, size: int) -> None:
 def restarts(reason: str) -> float:
     return REGISTRY.get_sample_value("operator_kit_watch_restarts_total",
                                      {"resource": "widgets.ctl.operator-kit.test",
-                                      "reason": reason}) or 0.0
+                                      "cluster": "", "reason": reason}) or 0.0
 
 
 @pytest.fixture
@@ -195,7 +195,8 @@ def test_a_watch_that_fails_after_the_start_is_reported_as_missing_changes_and_c
         widgets = next(i for i in operator.informers.values() if i.resource.plural == "widgets")
 
         def gauge(name: str) -> float | None:
-            return REGISTRY.get_sample_value(name, {"resource": widgets.metric_resource})
+            return REGISTRY.get_sample_value(name, {"resource": widgets.metric_resource,
+                                                    "cluster": ""})
 
         assert gauge("operator_kit_watch_failing") == 0.0
         assert gauge("operator_kit_watch_failing_seconds") == 0.0
@@ -327,7 +328,7 @@ def test_reconcile_that_raises_on_some_objects_does_not_hold_up_others(
 
 def reconcile_errors() -> float:
     return REGISTRY.get_sample_value("operator_kit_controller_reconcile_errors_total",
-                                     {"controller": "widget"}) or 0.0
+                                     {"controller": "widget", "cluster": ""}) or 0.0
 
 
 def test_an_object_deleted_during_its_reconcile_is_gone_not_failed(

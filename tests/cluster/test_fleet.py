@@ -7,7 +7,9 @@ already running, name their kubeconfigs in OPERATOR_KIT_TEST_FLEET_KUBECONFIGS
 
 from __future__ import annotations
 
+import logging
 import os
+import secrets
 import shutil
 import socket
 import threading
@@ -18,13 +20,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes.client.exceptions import ApiException
+from prometheus_client import REGISTRY
 
 from operator_kit import Action, Context, Controller, CustomResource, Operator
-from operator_kit.fleet import Fleet, KubeconfigDirectory, StaticClusters
+from operator_kit.client.transport import Api, api_client
+from operator_kit.fleet import Fleet, KubeconfigDirectory, KubeconfigSecrets, StaticClusters
 from operator_kit.localcluster import LocalCluster
+from operator_kit.manifests import fleet_member_manifests
+from operator_kit.manifests._fleet import hub_access_documents
 from operator_kit.testing import Namespace, TestCluster, eventually
+from operator_kit.testing.deploy import service_account_kubeconfig
 from operator_kit.testing.faults import TcpProxy
+from operator_kit.testing.kubeconfigs import (
+    embedded_kubeconfig,
+    kubeconfig_secret,
+    token_kubeconfig,
+)
 
 FLEET_ENV = "OPERATOR_KIT_TEST_FLEET_KUBECONFIGS"
 
@@ -325,3 +338,127 @@ def test_a_member_that_goes_down_while_running_delays_no_other_and_still_leaves(
         assert member.threads() == []
     finally:
         proxy.close()
+
+
+def reconciled(cluster: str) -> float | None:
+    """The fleet controller's successful reconciles on `cluster` (None: no series)."""
+    return REGISTRY.get_sample_value("controller_runtime_reconcile_total", {
+        "controller": "parcel", "cluster": cluster, "result": "success"})
+
+
+def server_of(member: Member) -> str:
+    return str(member.cluster.client.configuration.host)
+
+
+def test_cluster_api_kubeconfig_secrets_in_the_hub_join_rejoin_and_leave(
+        members: list[Member], spaces: dict[str, Namespace], tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The hub reads the Secrets as the ServiceAccount its manifests bind to the Role
+    ``<operator>-fleet`` (and nothing else): a Secret created joins its cluster, changed
+    rejoins it, deleted makes it leave; no kubeconfig content reaches the logs."""
+    hub, first, second = members
+    capi = hub.cluster.namespace("capi")
+    operator = Operator(f"fleet-secrets-{secrets.token_hex(2)}", [ParcelSync()],
+                        shutdown_timeout=10.0)
+    Fleet.of(operator, KubeconfigSecrets(namespace=capi.name))  # for its manifests
+    runs_in = spaces[hub.name].name
+    hub.cluster.api.request("POST", f"/api/v1/namespaces/{runs_in}/serviceaccounts",
+                            body={"metadata": {"name": operator.name}})
+    for doc in hub_access_documents(operator, runs_in):
+        hub.cluster.api.apply(doc, field_manager="fleet-test")
+    as_operator = api_client(service_account_kubeconfig(
+        hub.cluster, runs_in, operator.name, tmp_path / "operator.kubeconfig"))
+    provider = KubeconfigSecrets(namespace=capi.name, api=Api(as_operator))
+    fleet = Fleet.of(operator, provider, poll_interval=0.2)
+    first_config, second_config = (embedded_kubeconfig(m.cluster.kubeconfig)
+                                   for m in (first, second))
+    credentials = [u["user"]["client-key-data"] for u in first_config["users"]]
+    for member in (first, second):
+        create_parcel(member, spaces[member.name], "box")
+    secret_path = f"/api/v1/namespaces/{capi.name}/secrets"
+    try:
+        with caplog.at_level(logging.DEBUG, logger="operator_kit"):
+            operator.use(hub.cluster.client)
+            operator.start()  # and its fleet: its only controller is the fleet's
+            hub.cluster.api.request("POST", secret_path, body={  # not a member's
+                "metadata": {"name": "workload-ca", "labels": {
+                    "cluster.x-k8s.io/cluster-name": "workload"}}, "data": {"tls.crt": ""}})
+            hub.cluster.api.request("POST", secret_path, body=kubeconfig_secret(
+                capi.name, "workload", first_config))
+            made = eventually(30, lambda: config_map(first, spaces[first.name], "box"),
+                              message="the Secret's cluster joining")
+            assert made["data"]["cluster"] == "workload"
+            joined = fleet.members()["workload"]
+            assert (reconciled("workload") or 0) >= 1  # its own series, by cluster
+            assert joined.cluster.kubeconfig == f"Secret {capi.name}/workload-kubeconfig"
+
+            hub.cluster.api.apply(kubeconfig_secret(capi.name, "workload", second_config),
+                                  field_manager="fleet-test")  # the cluster's kubeconfig changed
+            eventually(30, lambda: config_map(second, spaces[second.name], "box"),
+                       message="the changed Secret's cluster rejoining")
+            eventually(15, lambda: not joined.alive(), message="the old member's threads")
+            assert list(fleet.members()) == ["workload"] and provider.problems == []
+
+            hub.cluster.api.request("DELETE", f"{secret_path}/workload-kubeconfig")
+            eventually(15, lambda: fleet.members() == {}, message="the cluster leaving")
+            eventually(15, lambda: reconciled("workload") is None,
+                       message="its series dropped once it has left")
+    finally:
+        operator.stop()  # and its fleet, joined
+        as_operator.close()
+        capi.delete()
+    assert not any(t.name.startswith(("fleet-", "reconcile-parcel@")) and t.is_alive()
+                   for t in threading.enumerate())
+    assert not any(t.name == "watch-secrets" for t in threading.enumerate())  # closed
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "workload" in logged  # the log said what happened ...
+    assert not any(c in logged or c[:40] in logged for c in credentials)  # ... not how
+
+
+def test_a_member_runs_with_the_service_account_fleet_member_makes_and_nothing_more(
+        members: list[Member], spaces: dict[str, Namespace], tmp_path: Path) -> None:
+    member = members[1]
+    space = spaces[member.name]
+    operator = Operator(f"fleet-member-{secrets.token_hex(2)}", [ParcelSync()])
+    docs = fleet_member_manifests(operator, namespace=space.name, namespace_document=False)
+    try:
+        for doc in docs:  # as kubectl apply would, on the member
+            member.cluster.api.apply(doc, field_manager="fleet-test")
+        config = eventually(30, lambda: token_kubeconfig(
+            member.cluster.api, space.name, f"{operator.name}-fleet-token", server_of(member)),
+            message="the token controller filling the token Secret")
+        path = tmp_path / "member.kubeconfig"
+        path.write_text(yaml.safe_dump(config))
+        path.chmod(0o600)
+        member.cluster.api.request(
+            "POST", f"/api/v1/namespaces/{space.name}/configmaps",
+            body={"metadata": {"name": "parcel-source"}, "data": {"where": "member"}})
+        create_parcel(member, space, "with-sa", note="rbac")
+        fleet = Fleet("fleet-member-test", [ParcelSync()],
+                      StaticClusters({member.name: str(path)}), poll_interval=0.2,
+                      shutdown_timeout=10.0)
+        fleet.start()
+        try:
+            made = eventually(30, lambda: config_map(member, space, "with-sa"),
+                              message="the reconcile as the ServiceAccount")
+            assert made["data"] == {"cluster": member.name, "note": "rbac", "source": "member"}
+            assert fleet.members()[member.name].problem is None
+        finally:
+            fleet.stop()
+        with api_client(str(path)) as restricted:  # outside its rules: refused
+            api = Api(restricted)
+            for method, where, body in (
+                    ("POST", f"/api/v1/namespaces/{space.name}/secrets",
+                     {"metadata": {"name": "x"}}),
+                    ("GET", f"/api/v1/namespaces/{space.name}/secrets", None),
+                    ("POST", f"/apis/apps/v1/namespaces/{space.name}/deployments",
+                     {"metadata": {"name": "x"}})):
+                with pytest.raises(ApiException) as refused:
+                    api.request(method, where, body=body)
+                assert refused.value.status == 403, (method, where)
+    finally:
+        for doc in docs:
+            if doc["kind"] in ("ClusterRole", "ClusterRoleBinding"):
+                member.cluster.api.request(
+                    "DELETE", f"/apis/rbac.authorization.k8s.io/v1/"
+                    f"{doc['kind'].lower()}s/{doc['metadata']['name']}")

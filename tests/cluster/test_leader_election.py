@@ -122,7 +122,8 @@ def test_sigterm_hands_over_to_a_follower_at_once(namespace: Namespace, cluster:
     second = start(replicas, namespace, cluster.kubeconfig, "second")
     create_widget(namespace, "w", size=1)
     eventually(30, lambda: by(namespace, "w", 1) == "first")
-    eventually(10, lambda: "waiting to lead" in second.output())
+    # a wait, not a promise: a process's start (imports) took over 10 s on a loaded machine
+    eventually(30, lambda: "waiting to lead" in second.output())
     first.process.send_signal(signal.SIGTERM)
     stopped = time.monotonic()
     assert first.process.wait(30) == 0, first.output()
@@ -138,9 +139,11 @@ def test_sigkill_leader_is_replaced_within_lease_duration_plus_retry(
         namespace: Namespace, cluster: TestCluster, replicas: list[Replica]) -> None:
     first = start(replicas, namespace, cluster.kubeconfig, "first")
     eventually(30, lambda: holder(namespace) == "first")
-    start(replicas, namespace, cluster.kubeconfig, "second")
+    second = start(replicas, namespace, cluster.kubeconfig, "second")
     create_widget(namespace, "w", size=1)
     eventually(30, lambda: by(namespace, "w", 1) == "first")
+    # the follower must be running before the leader dies, or its start is counted too
+    eventually(30, lambda: "waiting to lead" in second.output())
     first.process.send_signal(signal.SIGKILL)
     killed = time.monotonic()
     set_size(namespace, "w", 2)
@@ -181,7 +184,7 @@ def test_replica_started_while_another_leads_never_reconciles_until_it_acquires(
     first = start(replicas, namespace, cluster.kubeconfig, "first")
     eventually(30, lambda: holder(namespace) == "first")
     late = start(replicas, namespace, cluster.kubeconfig, "late")
-    eventually(10, lambda: "waiting to lead" in late.output())
+    eventually(30, lambda: "waiting to lead" in late.output())
     for i in range(3):
         create_widget(namespace, f"w{i}", size=i)
         set_size(namespace, f"w{i}", i + 10)
@@ -213,22 +216,26 @@ def test_leader_paused_past_its_lease_never_reconciles_again_after_resuming(
         namespace: Namespace, cluster: TestCluster, replicas: list[Replica]) -> None:
     first = start(replicas, namespace, cluster.kubeconfig, "paused")
     eventually(30, lambda: holder(namespace) == "paused")
-    start(replicas, namespace, cluster.kubeconfig, "second")
+    second = start(replicas, namespace, cluster.kubeconfig, "second")
+    eventually(30, lambda: "waiting to lead" in second.output())  # running before the pause
     create_widget(namespace, "w", size=1)
     eventually(30, lambda: by(namespace, "w", 1) == "paused")
     first.process.send_signal(signal.SIGSTOP)  # a stop-the-world pause, a frozen VM
     eventually(LEASE + RETRY * 2.2 + 5, lambda: holder(namespace) == "second")
     set_size(namespace, "w", 2)
     eventually(10, lambda: by(namespace, "w", 2) == "second")
-    reconciles = first.reconciled()
     first.process.send_signal(signal.SIGCONT)
     resumed = time.monotonic()
     set_size(namespace, "w", 3)  # a change the resumed replica sees in its queue
     code = first.process.wait(DEADLINE + 5)
+    # Its line for size 1 may come after the pause: the stop can fall between the write
+    # and the print. Any reconcile of the sizes set during or after the pause is a bug.
+    late = [line for line in first.lines if line.startswith("reconcil")
+            and not line.rstrip().endswith("size=1")]
     print(f"\npaused leader: exited {time.monotonic() - resumed:.1f}s after resuming, "
-          f"{first.reconciled() - reconciles} reconciles after the pause")
+          f"{len(late)} reconciles after the pause")
     assert code != 0, "a leader that lost its lease while paused exits non-zero"
-    assert first.reconciled() == reconciles, first.output()
+    assert not late, first.output()
     eventually(10, lambda: by(namespace, "w", 3) == "second")
 
 
@@ -236,7 +243,8 @@ def test_sigkill_in_the_middle_of_a_reconcile_leaves_work_the_next_leader_finish
         namespace: Namespace, cluster: TestCluster, replicas: list[Replica]) -> None:
     first = start(replicas, namespace, cluster.kubeconfig, "killed", "--slow", "3")
     eventually(30, lambda: holder(namespace) == "killed")
-    start(replicas, namespace, cluster.kubeconfig, "second", "--slow", "0.1")
+    second = start(replicas, namespace, cluster.kubeconfig, "second", "--slow", "0.1")
+    eventually(30, lambda: "waiting to lead" in second.output())  # running before the kill
     create_widget(namespace, "w", size=5)
     eventually(30, lambda: "reconciling w size=5" in first.output())
     first.process.send_signal(signal.SIGKILL)  # status half-written, no ConfigMap yet

@@ -69,7 +69,8 @@ def settle(recorder: Recorder, quiet: float = 1.0) -> dict[str, int]:
 
 def mapper_errors(mapper: str) -> float:
     return REGISTRY.get_sample_value("operator_kit_mapper_errors_total",
-                                     {"controller": "widget", "mapper": mapper}) or 0.0
+                                     {"controller": "widget", "cluster": "",
+                                      "mapper": mapper}) or 0.0
 
 
 def mapper_lines(caplog: pytest.LogCaptureFixture, mapper: str) -> list[tuple[int, str]]:

@@ -35,17 +35,18 @@ def size_in_config_map(ns: Namespace, name: str) -> str | None:
 
 def timeouts() -> float:
     return REGISTRY.get_sample_value("controller_runtime_reconcile_timeouts_total",
-                                     {"controller": "widget"}) or 0.0
+                                     {"controller": "widget", "cluster": ""}) or 0.0
 
 
 def stuck() -> float:
     return REGISTRY.get_sample_value("operator_kit_controller_stuck_reconciles",
-                                     {"controller": "widget"}) or 0.0
+                                     {"controller": "widget", "cluster": ""}) or 0.0
 
 
 def requeues_after() -> float:
     return REGISTRY.get_sample_value("controller_runtime_reconcile_total",
-                                     {"controller": "widget", "result": "requeue_after"}) or 0.0
+                                     {"controller": "widget", "cluster": "",
+                                      "result": "requeue_after"}) or 0.0
 
 
 def reconcile_workers() -> int:

@@ -2,7 +2,9 @@
 
 Members append the start and end of every reconcile to one shared log; `overlaps` reads
 it and finds any two reconciles of the same key that ran at the same time. Timings are
-shortened (lease 4 s, renew deadline 3 s, retry 0.5 s), as in test_leader_election.
+shortened (lease 8 s, renew deadline 6 s, retry 1 s): shorter, as in test_leader_election,
+and a member busy with 750 objects on a machine at load 12 missed its 3 s renew deadline,
+lost the leader Lease and exited (as it must), which these tests do not expect.
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ from .shard_member import LABEL, OPERATOR
 
 pytestmark = pytest.mark.usefixtures("widget_kind")
 
-LEASE, DEADLINE, RETRY = 4.0, 3.0, 0.5
+LEASE, DEADLINE, RETRY = 8.0, 6.0, 1.0
+HANDOVER = 4.0
+"""Seconds within which a member stopped cleanly has handed its objects over ("at once")."""
 ROOT = Path(__file__).resolve().parents[2]
 DRAIN = "drain." + LABEL
 PATCH_RATE = 50
@@ -221,11 +225,16 @@ def test_members_share_3000_objects_a_joiner_moves_few_and_killed_members_are_ta
                    message=f"{member.identity}: cache {member.cache()}, share "
                            f"{share[member.identity]}")
 
+    joined = time.monotonic()
     members.append(Member(namespace, cluster.kubeconfig, "m-3", log))
     after = eventually(120, lambda: settled(namespace, [*names, "m-3"]), interval=1.0)
     moved = [k for k in after if after[k] != before[k]]
+    # The rate moves went at on this machine now (each is two patches and a hand-over):
+    # the patch rate the takeovers below are held to when the machine is slower than
+    # PATCH_RATE assumes.
+    patch_rate = min(PATCH_RATE, len(moved) / (time.monotonic() - joined))
     print(f"a 4th member joined: {len(moved)} of {count} objects moved "
-          f"({100 * len(moved) / count:.1f}%)")
+          f"({100 * len(moved) / count:.1f}%) at {patch_rate:.0f}/s")
     assert len(moved) <= 0.35 * count
     assert all(after[k] == "m-3" for k in moved)
     eventually(30, lambda: {k for k in moved} <= {r.key for r in runs(log) if r.member == "m-3"})
@@ -240,8 +249,8 @@ def test_members_share_3000_objects_a_joiner_moves_few_and_killed_members_are_ta
         victim.process.kill()
         killed[victim.identity] = time.time()
         # A wait, not the promise (asserted below from the reconciles): generous enough for
-        # the patches at a third of PATCH_RATE, which a loaded machine has been seen to need.
-        eventually(LEASE + 10 + 3 * len(orphans) / PATCH_RATE,
+        # the patches at a third of the rate measured above.
+        eventually(LEASE + 10 + 3 * len(orphans) / patch_rate,
                    lambda: settled(namespace, alive), interval=0.5)
         taken: dict[str, float] = {}
 
@@ -252,13 +261,13 @@ def test_members_share_3000_objects_a_joiner_moves_few_and_killed_members_are_ta
                     taken[run.key] = min(taken.get(run.key, run.end), run.end)
             return len(taken) == len(orphans)
 
-        eventually(40 + 3 * len(orphans) / PATCH_RATE, all_taken, interval=0.5)
+        eventually(40 + 3 * len(orphans) / patch_rate, all_taken, interval=0.5)
         first = min(taken.values()) - killed[victim.identity]
         took = max(taken.values()) - killed[victim.identity]
         print(f"SIGKILL of {victim.identity}: the others reconciled the first of its "
               f"{len(orphans)} objects after {first:.1f}s, all within {took:.1f}s "
               f"(lease {LEASE:g}s)")
-        return first, took - len(orphans) / PATCH_RATE
+        return first, took - len(orphans) / patch_rate
 
     # A member that is not the leader: the assigner sees its Lease expire and patches its
     # objects over, one patch each: the last waits for the patches before it.
@@ -346,7 +355,7 @@ def test_a_member_stopped_cleanly_hands_its_objects_over_at_once(
     leaving.process.send_signal(signal.SIGTERM)
     stopped = time.monotonic()
     assert leaving.process.wait(20) == 0, leaving.output()
-    eventually(LEASE, lambda: settled(namespace, names[:1]), interval=0.2)
+    eventually(HANDOVER, lambda: settled(namespace, names[:1]), interval=0.2)
     print(f"\nSIGTERM: objects handed over {time.monotonic() - stopped:.1f}s after the stop")
     assert namespace.get("coordination.k8s.io/v1", "Lease", f"{OPERATOR}-member-c-1") is None
     assert not overlaps(runs(log))

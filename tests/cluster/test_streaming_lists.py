@@ -144,7 +144,8 @@ def test_turned_off_an_informer_lists_then_watches(
 
 def expired() -> float:
     return REGISTRY.get_sample_value("operator_kit_watch_restarts_total",
-                                     {"resource": "configmaps", "reason": "expired"}) or 0.0
+                                     {"resource": "configmaps", "cluster": "",
+                                      "reason": "expired"}) or 0.0
 
 
 def test_after_410_gone_the_informer_streams_its_list_again(

@@ -146,7 +146,7 @@ def test_operator_converges_without_spinning_under_429s(throttled_plane: LocalCl
     controller = WidgetController(ns.name)
     controller.max_concurrent_reconciles = 8
     controller.name = "widget-throttled"  # its own metric series, whatever else ran before
-    labels = {"controller": controller.name}
+    labels = {"controller": controller.name, "cluster": ""}
     reconciles_before = metric("operator_kit_controller_reconciles_total", labels)
     errors_before = metric("operator_kit_controller_reconcile_errors_total", labels)
     captured = Captured()

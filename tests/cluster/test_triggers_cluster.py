@@ -91,7 +91,8 @@ def outcome_lines(buffer: io.StringIO, ns: Namespace, name: str) -> list[dict[st
 
 def counted(controller: str, trigger: str) -> float:
     return REGISTRY.get_sample_value("operator_kit_controller_reconcile_triggers_total",
-                                     {"controller": controller, "trigger": trigger}) or 0.0
+                                     {"controller": controller, "cluster": "",
+                                      "trigger": trigger}) or 0.0
 
 
 def patch(ns: Namespace, path: str, body: dict[str, Any]) -> None:

@@ -188,6 +188,12 @@ def test_manifests_takes_every_flag_after_it() -> None:
     ([], {"OPERATOR_KIT_HEALTH_PROBE_BIND_ADDRESS": "host:http"},
      "OPERATOR_KIT_HEALTH_PROBE_BIND_ADDRESS 'host:http' is not an address"),
     (["--metrics-bind-address", ":70000"], {}, "is not an address"),
+    ([], {"OPERATOR_KIT_METRICS_SECURE": "maybe"}, "OPERATOR_KIT_METRICS_SECURE='maybe': "
+     "neither yes nor no"),
+    (["--metrics-secure", "--metrics-cert-dir", "/"], {}, "--metrics-cert-dir /: no tls.crt "
+     "or tls.key there; give the folder a kubernetes.io/tls Secret is mounted in"),
+    ([], {"OPERATOR_KIT_METRICS_CERT_DIR": "/no/such"}, "OPERATOR_KIT_METRICS_CERT_DIR "
+     "/no/such: no tls.crt or tls.key there"),
     (["--kubeconfig", "/no/such/kubeconfig"], {}, "--kubeconfig /no/such/kubeconfig: no such "
      "file; point it at the cluster's kubeconfig"),
     ([], {"KUBECONFIG": "/no/such/kubeconfig"}, "KUBECONFIG /no/such/kubeconfig: no such file"),
@@ -244,6 +250,7 @@ def test_help_lists_every_flag_and_exits_0(capsys: pytest.CaptureFixture[str]) -
     for flag in ("--version", "--namespace", "--watch-namespace", "--kubeconfig",
                  "--log-level", "--log-format", "--health-probe-bind-address",
                  "--metrics-bind-address", "--leader-elect", "--no-leader-elect",
+                 "--metrics-secure", "--no-metrics-secure", "--metrics-cert-dir",
                  "--manifests"):
         assert flag in out
 
@@ -640,3 +647,157 @@ def test_a_controllers_namespaces_are_none_one_or_several() -> None:
     controller.namespace = []
     with pytest.raises(ValueError, match="names no namespace; give None"):
         controller.watch_namespaces()
+
+
+# -- --metrics-secure --------------------------------------------------------------------
+
+def test_metrics_secure_is_read_from_the_flag_then_the_environment() -> None:
+    assert not parse([], environ={}).metrics_secure
+    assert parse(["--metrics-secure"], environ={}).metrics_secure
+    assert parse([], environ={"OPERATOR_KIT_METRICS_SECURE": "yes"}).metrics_secure
+    assert not parse(["--no-metrics-secure"],
+                     environ={"OPERATOR_KIT_METRICS_SECURE": "1"}).metrics_secure
+
+
+def test_a_certificate_folder_needs_metrics_secure(tmp_path: Path) -> None:
+    (tmp_path / "tls.crt").write_text("x")
+    (tmp_path / "tls.key").write_text("x")
+    with pytest.raises(UsageError, match="only --metrics-secure serves a certificate"):
+        parse(["--metrics-cert-dir", str(tmp_path)], environ={})
+    assert parse(["--metrics-secure", "--metrics-cert-dir", str(tmp_path)],
+                 environ={}).metrics_cert_dir == str(tmp_path)
+
+
+def https_get(port: int, path: str, *, context: Any = None,
+              token: str | None = None) -> tuple[int, str]:
+    import ssl
+
+    if context is None:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    request = urllib.request.Request(f"https://127.0.0.1:{port}{path}")
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=20, context=context) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def test_secure_metrics_are_https_only_and_refuse_a_request_without_a_token(
+        capsys: pytest.CaptureFixture[str], kubeconfig: Path) -> None:
+    probes, metrics = free_port(), free_port()
+    seen: dict[str, Any] = {}
+
+    def run() -> int:
+        seen["livez"] = get(f"http://127.0.0.1:{probes}/livez")
+        seen["no token"] = https_get(metrics, "/metrics")
+        # The kubeconfig's API server does not answer: nobody is let in.
+        seen["api server down"] = https_get(metrics, "/metrics", token="t0ken")
+        try:
+            seen["plain http"] = get(f"http://127.0.0.1:{metrics}/metrics")
+        except (urllib.error.URLError, ConnectionError, OSError) as err:
+            seen["plain http"] = err
+        return 0
+
+    code, _, err = run_main(Operator("op", [ThingController()]),
+                            ["--kubeconfig", str(kubeconfig), "--health-probe-bind-address",
+                             f"127.0.0.1:{probes}", "--metrics-bind-address",
+                             f"127.0.0.1:{metrics}", "--metrics-secure"], capsys, run=run)
+    assert code == 0
+    assert seen["livez"] == (200, "ok\n"), "the kubelet's probes stay plain HTTP"
+    assert seen["no token"][0] == 401
+    assert "no bearer token" in seen["no token"][1]
+    assert seen["api server down"][0] == 503
+    assert "# TYPE" not in seen["api server down"][1]
+    assert "t0ken" not in err
+    assert isinstance(seen["plain http"], Exception), seen["plain http"]
+
+
+def served_certificate(port: int) -> bytes:
+    """The DER certificate the server on 127.0.0.1:`port` presents."""
+    import ssl
+
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
+            context.wrap_socket(raw) as tls:
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return der
+
+
+def test_secure_metrics_serve_the_certificate_of_the_folder_and_its_renewal(
+        capsys: pytest.CaptureFixture[str], kubeconfig: Path, tmp_path: Path) -> None:
+    import ssl
+    import time
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    from operator_kit import _pki
+
+    ca = _pki.new_ca("test-ca")
+    first = _pki.issue(ca, "op-metrics", dns_names=("op-metrics.ns.svc",))
+    (tmp_path / "tls.crt").write_bytes(first.cert_pem)
+    (tmp_path / "tls.key").write_bytes(first.key_pem)
+    metrics = free_port()
+    seen: list[Any] = []
+
+    def run() -> int:
+        context = ssl.create_default_context(cadata=ca.cert_pem.decode())
+        context.check_hostname = False  # 127.0.0.1 is not in it; the CA check is the point
+        seen.append(https_get(metrics, "/metrics", context=context))
+        seen.append(served_certificate(metrics))
+        renewed = _pki.issue(ca, "op-metrics", dns_names=("op-metrics.ns.svc",))
+        (tmp_path / "tls.key").write_bytes(renewed.key_pem)
+        (tmp_path / "tls.crt").write_bytes(renewed.cert_pem)
+        seen.append(renewed.cert.public_bytes(Encoding.DER))
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and served_certificate(metrics) != seen[-1]:
+            time.sleep(0.2)
+        seen.append(served_certificate(metrics))
+        return 0
+
+    code, _, _ = run_main(Operator("op", [ThingController()]),
+                          ["--kubeconfig", str(kubeconfig), "--health-probe-bind-address",
+                           "0", "--metrics-bind-address", f"127.0.0.1:{metrics}",
+                           "--metrics-secure", "--metrics-cert-dir", str(tmp_path)],
+                          capsys, run=run)
+    assert code == 0
+    assert seen[0][0] == 401, "served over TLS with the folder's certificate"
+    assert x509.load_der_x509_certificate(seen[1]) == first.cert
+    assert seen[3] == seen[2], "the renewed certificate is served without a restart"
+
+
+def test_a_certificate_folder_whose_pair_does_not_load_exits_2(
+        capsys: pytest.CaptureFixture[str], kubeconfig: Path, tmp_path: Path) -> None:
+    from operator_kit import _pki
+
+    ca = _pki.new_ca("test-ca")
+    (tmp_path / "tls.crt").write_bytes(_pki.issue(ca, "a").cert_pem)
+    (tmp_path / "tls.key").write_bytes(_pki.issue(ca, "b").key_pem)
+    code, _, err = run_main(Operator("op", [ThingController()]),
+                            ["--kubeconfig", str(kubeconfig), "--health-probe-bind-address",
+                             "0", "--metrics-bind-address", f"127.0.0.1:{free_port()}",
+                             "--metrics-secure", "--metrics-cert-dir", str(tmp_path)],
+                            capsys)
+    assert code == 2
+    assert f"error: --metrics-cert-dir {tmp_path}: " in err
+    assert "do not match" in err
+    assert "BEGIN" not in err, "no key material in the message"
+
+
+def test_secure_metrics_need_an_address_of_their_own(
+        capsys: pytest.CaptureFixture[str], kubeconfig: Path) -> None:
+    address = f"127.0.0.1:{free_port()}"
+    code, _, err = run_main(Operator("op", [ThingController()]),
+                            ["--kubeconfig", str(kubeconfig), "--health-probe-bind-address",
+                             address, "--metrics-bind-address", address, "--metrics-secure"],
+                            capsys)
+    assert code == 2
+    assert "the kubelet probes over plain HTTP; give the metrics an address of their own" \
+        in err

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import random
+import threading
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from operator_kit import Action, Context, Controller, CustomResource, Operator
+from operator_kit.fleet import Fleet, StaticClusters
 from operator_kit.fleet.sharding import cluster_lease, place, preference
 
 
@@ -92,9 +95,27 @@ class Hub(Controller[Thing]):
         return None
 
 
-def test_the_operator_stops_what_it_was_given_before_it_releases_its_leases() -> None:
-    operator = Operator("stop-order", [Hub()])
-    calls: list[bool] = []
-    operator.on_stop(lambda: calls.append(operator.stopping.is_set()))
+class OnMembers(Hub):
+    name = "on-members"
+    fleet = True
+
+
+def test_the_operator_stops_its_fleet_before_it_releases_its_leases() -> None:
+    operator = Operator("stop-order", [Hub(), OnMembers()])
+    fleet = Fleet.of(operator, StaticClusters({}))
+    released: list[bool] = []
+    operator._elector_stop = Spy(lambda: released.append(fleet.stopping.is_set()))
     operator.stop(0.1)
-    assert calls == [True]  # once, with the operator already stopping
+    assert released == [True]  # the fleet had stopped when the Lease was let go
+
+
+class Spy(threading.Event):
+    """An event that reports when it is set."""
+
+    def __init__(self, on_set: Callable[[], None]) -> None:
+        super().__init__()
+        self.on_set = on_set
+
+    def set(self) -> None:
+        self.on_set()
+        super().set()

@@ -109,8 +109,14 @@ def test_default_values_render_the_generators_documents_in_the_release_namespace
     (["--set", "certificate.mode=external", "--set", "certificate.secret=backup-tls",
       "--set", "certificate.certificateName=backup-cert", "--set", "replicas=1"],
      {"certificate": ExternalCertificate("backup-tls", "backup-cert"), "replicas": 1}),
+    (["--set", "metrics.secure=true"], {"metrics_secure": True}),
+    (["--set", "metrics.secure=true", "--set", "certificate.mode=external", "--set",
+      "certificate.secret=backup-tls", "--set", "replicas=1"],
+     {"metrics_secure": True, "certificate": ExternalCertificate("backup-tls"),
+      "replicas": 1}),
 ], ids=["image", "one-replica", "namespace-and-replicas", "external-certificate",
-        "external-certificate-one-replica"])
+        "external-certificate-one-replica", "metrics-secure",
+        "metrics-secure-external-certificate-one-replica"])
 def test_values_render_what_the_generator_prints_with_the_same_settings(
         flags: list[str], settings: dict[str, Any], tmp_path: Path) -> None:
     write_helm_chart(tmp_path / "chart", backup_operator, app=BACKUP_APP,
@@ -120,7 +126,8 @@ def test_values_render_what_the_generator_prints_with_the_same_settings(
         backup_operator, app=BACKUP_APP, namespace=settings.get("namespace", "team-a"),
         image=settings.get("image", "example.com/backup-operator:0.2.0"),
         replicas=settings.get("replicas"), certificate=settings.get("certificate"),
-        namespace_document=False, version="0.2.0", instance="rel")
+        namespace_document=False, version="0.2.0", instance="rel",
+        metrics_secure=settings.get("metrics_secure", False))
     assert docs == as_helm_renders(expected, "backup-operator-0.2.0")
 
 
@@ -128,8 +135,10 @@ def test_values_render_what_the_generator_prints_with_the_same_settings(
     (report_operator(), [], 1), (report_operator(elects=True), [], 2),
     (report_operator(elects=True), ["--set", "replicas=3"], 3),
     (report_operator(shards=True), [], 3),
-    (report_operator(shards=True), ["--set", "replicas=1"], 1)],
-    ids=["one-replica", "leader-election", "leader-election-3", "sharded", "sharded-1"])
+    (report_operator(shards=True), ["--set", "replicas=1"], 1),
+    (report_operator(elects=True), ["--set", "metrics.secure=true"], 2)],
+    ids=["one-replica", "leader-election", "leader-election-3", "sharded", "sharded-1",
+         "metrics-secure"])
 def test_an_operator_without_webhooks_renders_its_own_command_line(
         operator: Operator, flags: list[str], replicas: int, tmp_path: Path) -> None:
     write_helm_chart(tmp_path / "chart", operator, app="reports:operator",
@@ -138,7 +147,8 @@ def test_an_operator_without_webhooks_renders_its_own_command_line(
     assert docs == as_helm_renders(operator_manifests(
         operator, app="reports:operator", namespace="reports",
         image="example.com/report-operator:1.0.0", replicas=replicas,
-        namespace_document=False, instance="rel"), "report-operator-1.0.0")
+        namespace_document=False, instance="rel",
+        metrics_secure="metrics.secure=true" in flags), "report-operator-1.0.0")
     (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert container["command"] == ["python", "-m", "operator_kit"]

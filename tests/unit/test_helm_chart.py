@@ -165,7 +165,8 @@ def test_values_default_to_the_generator_settings() -> None:
         "imagePullSecrets": [], "replicas": 3,
         "resources": deployment["spec"]["template"]["spec"]["containers"][0]["resources"],
         "certificate": {"mode": "external", "secret": "backup-tls",
-                        "certificateName": "backup-cert"}}
+                        "certificateName": "backup-cert"},
+        "metrics": {"secure": False}}
 
 
 def test_values_of_an_operator_without_webhooks_have_no_certificate_and_its_default_replicas(
@@ -203,7 +204,8 @@ def test_templates_hold_every_document_with_the_values_in_place() -> None:
     assert set(files) == {"Chart.yaml", "values.yaml", "values.schema.json",
                           "templates/_helpers.tpl", "templates/NOTES.txt",
                           "templates/crds.yaml", "templates/rbac.yaml",
-                          "templates/deployment.yaml", "templates/webhooks.yaml"}
+                          "templates/deployment.yaml", "templates/metrics.yaml",
+                          "templates/webhooks.yaml"}
     assert not any("zzhelmzz" in text for text in files.values()), "every token filled"
     deployment = files["templates/deployment.yaml"]
     assert deployment.startswith('{{- include "backup-operator.validate" . }}\n')
@@ -272,3 +274,13 @@ def test_a_bad_helm_flag_is_one_line_naming_it(argv: list[str], line: str, tmp_p
     assert (code, out) == (2, "")
     assert err == f"error: {line}\n"
     assert not (tmp_path / "chart").exists()
+
+
+def test_metrics_secure_is_a_value_defaulting_to_the_flag() -> None:
+    files = helm_chart(backup_operator, app=BACKUP_APP, metrics_secure=True)
+    assert yaml.safe_load(files["values.yaml"])["metrics"] == {"secure": True}
+    assert "{{- if .Values.metrics.secure }}" in files["templates/metrics.yaml"]
+    assert "backup-operator-metrics-reader" in files["templates/metrics.yaml"]
+    assert "tokenreviews" in files["templates/rbac.yaml"]
+    schema = json.loads(files["values.schema.json"])
+    assert schema["properties"]["metrics"]["properties"]["secure"] == {"type": "boolean"}

@@ -249,7 +249,7 @@ def gadget_event(name: str) -> WatchEvent:
 
 def mapper_errors(mapper: str) -> float:
     return REGISTRY.get_sample_value("operator_kit_mapper_errors_total",
-                                     {"controller": "web", "mapper": mapper}) or 0.0
+                                     {"controller": "web", "cluster": "", "mapper": mapper}) or 0.0
 
 
 def handler(runner: ControllerRunner, index: int) -> Any:
@@ -258,7 +258,8 @@ def handler(runner: ControllerRunner, index: int) -> Any:
 
 def test_every_mappers_series_starts_at_zero(runner: ControllerRunner) -> None:
     assert REGISTRY.get_sample_value("operator_kit_mapper_errors_total",
-                                     {"controller": "web", "mapper": "nothing"}) is not None
+                                     {"controller": "web", "cluster": "",
+                                      "mapper": "nothing"}) is not None
 
 
 def test_a_bad_result_is_logged_once_per_mapper_then_at_debug_and_counted_each_time(

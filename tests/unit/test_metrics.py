@@ -24,28 +24,30 @@ from operator_kit.webhooks.server import Denied, Webhooks
 from tests.unit.test_webhooks import Widget, admission, widget
 
 # The series kubebuilder's dashboards query, with the labels they group or filter by
-# (besides job/namespace/pod/instance, which Prometheus adds).
+# (besides job/namespace/pod/instance, which Prometheus adds), and `cluster`: a fleet
+# member's name, "" on the hub, which Prometheus stores as no label (the dashboards'
+# queries match the hub's series as they match controller-runtime's).
 DASHBOARD: dict[str, tuple[str, ...]] = {
-    "controller_runtime_reconcile_total": ("controller", "result"),
-    "controller_runtime_reconcile_errors_total": ("controller",),
-    "controller_runtime_active_workers": ("controller",),
-    "workqueue_depth": ("name", "controller", "priority"),
-    "workqueue_adds_total": ("name", "controller"),
-    "workqueue_queue_duration_seconds_bucket": ("name", "controller", "le"),
-    "workqueue_work_duration_seconds_bucket": ("name", "controller", "le"),
-    "workqueue_retries_total": ("name", "controller"),
-    "workqueue_unfinished_work_seconds": ("name", "controller"),
+    "controller_runtime_reconcile_total": ("controller", "cluster", "result"),
+    "controller_runtime_reconcile_errors_total": ("controller", "cluster"),
+    "controller_runtime_active_workers": ("controller", "cluster"),
+    "workqueue_depth": ("name", "controller", "cluster", "priority"),
+    "workqueue_adds_total": ("name", "controller", "cluster"),
+    "workqueue_queue_duration_seconds_bucket": ("name", "controller", "cluster", "le"),
+    "workqueue_work_duration_seconds_bucket": ("name", "controller", "cluster", "le"),
+    "workqueue_retries_total": ("name", "controller", "cluster"),
+    "workqueue_unfinished_work_seconds": ("name", "controller", "cluster"),
     "process_cpu_seconds_total": (),
     "process_resident_memory_bytes": (),
 }
 
 # Every other controller-runtime / client-go name operator_kit exports, same labels.
 CONTROLLER_RUNTIME: dict[str, tuple[str, ...]] = {
-    "controller_runtime_reconcile_panics_total": ("controller",),
-    "controller_runtime_reconcile_timeouts_total": ("controller",),
-    "controller_runtime_reconcile_time_seconds_bucket": ("controller", "le"),
-    "controller_runtime_max_concurrent_reconciles": ("controller",),
-    "workqueue_longest_running_processor_seconds": ("name", "controller"),
+    "controller_runtime_reconcile_panics_total": ("controller", "cluster"),
+    "controller_runtime_reconcile_timeouts_total": ("controller", "cluster"),
+    "controller_runtime_reconcile_time_seconds_bucket": ("controller", "cluster", "le"),
+    "controller_runtime_max_concurrent_reconciles": ("controller", "cluster"),
+    "workqueue_longest_running_processor_seconds": ("name", "controller", "cluster"),
     "leader_election_master_status": ("name",),
     "controller_runtime_webhook_requests_total": ("webhook", "code"),
     "controller_runtime_webhook_latency_seconds_bucket": ("webhook", "le"),
@@ -78,8 +80,9 @@ def sample(metric: str, /, **labels: str) -> float:
 
 
 def queue_sample(metric: str, name: str, **labels: str) -> float:
-    """A ``workqueue_*`` sample of the queue `name` (its controller label is its name)."""
-    return sample(metric, name=name, controller=name, **labels)
+    """A ``workqueue_*`` sample of the hub's queue `name` (its controller label is its
+    name)."""
+    return sample(metric, name=name, controller=name, cluster="", **labels)
 
 
 @pytest.mark.parametrize("name", sorted({**DASHBOARD, **CONTROLLER_RUNTIME}))
@@ -100,8 +103,8 @@ def test_each_controller_runtime_name_is_exported_with_its_labels(name: str) -> 
 
 
 def test_operator_kit_keeps_its_own_reconcile_counters() -> None:
-    assert declared_labels(OURS[0]) == ("controller",)
-    assert declared_labels(OURS[1]) == ("controller",)
+    assert declared_labels(OURS[0]) == ("controller", "cluster")
+    assert declared_labels(OURS[1]) == ("controller", "cluster")
 
 
 def test_reconcile_results_are_those_of_controller_runtime() -> None:
@@ -152,9 +155,10 @@ def test_workqueue_depth_is_by_priority_and_always_shows_normal_and_low() -> Non
 def test_workqueue_metrics_carry_the_controller_label() -> None:
     queue: WorkQueue[str] = WorkQueue("queue-name", controller="its-controller")
     queue.add("a")
-    assert sample("workqueue_adds_total", name="queue-name", controller="its-controller") == 1
+    assert sample("workqueue_adds_total", name="queue-name", controller="its-controller",
+                  cluster="") == 1
     assert sample("workqueue_depth", name="queue-name", controller="its-controller",
-                  priority="0") == 1
+                  cluster="", priority="0") == 1
 
 
 def test_workqueue_times_the_wait_from_due_to_taken_and_the_work_from_taken_to_done() -> None:
@@ -184,13 +188,14 @@ def test_workqueue_adds_count_a_key_once_until_it_is_taken() -> None:
 
 
 def test_both_updates_an_operator_kit_metric_and_its_twin_together() -> None:
-    both = metrics.Both(metrics.IN_FLIGHT.labels("both-test"),
-                        metrics.CR_ACTIVE_WORKERS.labels("both-test"))
+    both = metrics.Both(metrics.IN_FLIGHT.labels("both-test", ""),
+                        metrics.CR_ACTIVE_WORKERS.labels("both-test", ""))
     both.inc()
     both.inc()
     both.dec()
-    assert sample("operator_kit_controller_reconciles_in_flight", controller="both-test") == 1
-    assert sample("controller_runtime_active_workers", controller="both-test") == 1
+    assert sample("operator_kit_controller_reconciles_in_flight", controller="both-test",
+                  cluster="") == 1
+    assert sample("controller_runtime_active_workers", controller="both-test", cluster="") == 1
 
 
 def test_webhook_requests_are_counted_by_status_code_timed_and_in_flight() -> None:
@@ -228,6 +233,7 @@ class FailingWatch:
     """A watch as the gauges see it (`metrics.WatchHealth`): failing for 12.5 s."""
 
     metric_resource = "widgets.example.com"
+    metric_cluster = ""
 
     def __init__(self, failing_for: float | None = 12.5) -> None:
         self.seconds = failing_for
@@ -244,14 +250,19 @@ def test_watch_gauges_say_which_resource_fails_and_for_how_long() -> None:
     for watch in [*watches, healthy]:
         metrics.WATCH_GAUGES.track(watch)
 
-    def sample(name: str, resource: str) -> float | None:
-        return REGISTRY.get_sample_value(name, {"resource": resource})
+    def sample(name: str, resource: str, cluster: str = "") -> float | None:
+        return REGISTRY.get_sample_value(name, {"resource": resource, "cluster": cluster})
 
     assert sample("operator_kit_watch_failing", "widgets.example.com") == 1.0
     assert sample("operator_kit_watch_failing_seconds", "widgets.example.com") == 3.0
     assert sample("operator_kit_watch_failing", "gadgets.example.com") == 0.0
     assert sample("operator_kit_watch_failing_seconds", "gadgets.example.com") == 0.0
     watches[1].seconds = None  # stopped
+    assert sample("operator_kit_watch_failing", "widgets.example.com") == 0.0
+    member = FailingWatch(7.0)  # a fleet member's: apart from the hub's
+    member.metric_cluster = "east"
+    metrics.WATCH_GAUGES.track(member)
+    assert sample("operator_kit_watch_failing", "widgets.example.com", "east") == 1.0
     assert sample("operator_kit_watch_failing", "widgets.example.com") == 0.0
 
 
@@ -282,8 +293,8 @@ from operator_kit import Operator, metrics
 from operator_kit.cli import servers
 from operator_kit.settings import Address, Settings
 
-metrics.RECONCILES.labels("created-test").inc()
-metrics.RECONCILE_DURATION.labels("created-test").observe(0.2)
+metrics.RECONCILES.labels("created-test", "").inc()
+metrics.RECONCILE_DURATION.labels("created-test", "").observe(0.2)
 operator = Operator("created-test", [])
 gunicorn = operator.app.test_client().get("/metrics").get_data(as_text=True)
 cli = servers(operator, Settings(metrics_bind_address=Address("127.0.0.1", 0)))[0]
@@ -308,13 +319,14 @@ def test_metrics_have_no_created_series_on_either_server() -> None:
                             cwd=Path(__file__).parents[2])
     for body in result.stdout.split("\n=====\n"):
         lines = body.splitlines()
-        assert 'operator_kit_controller_reconciles_total{controller="created-test"} 1.0' in lines
+        assert ('operator_kit_controller_reconciles_total{cluster="",'
+                'controller="created-test"} 1.0') in lines
         assert any(line.startswith("operator_kit_controller_reconcile_duration_seconds_count"
-                                   '{controller="created-test"}') for line in lines)
+                                   '{cluster="",controller="created-test"}') for line in lines)
         created = [line for line in lines if "_created" in line]
         assert created == [], created[:5]
 
 
 def test_the_created_series_are_off_in_this_process_too() -> None:
-    metrics.RECONCILES.labels("created-test").inc()
+    metrics.RECONCILES.labels("created-test", "").inc()
     assert b"_created" not in metrics.exposition()

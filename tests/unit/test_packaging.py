@@ -8,6 +8,7 @@ import ast
 import configparser
 import importlib.metadata
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -19,6 +20,10 @@ STALE = "the installed metadata is not setup.cfg's: reinstall (pip install -e '.
 # Imported by a module that only its host loads, so not an install requirement: pytest loads
 # the plugin (the pytest11 entry point) and is there whenever the plugin is.
 LOADED_BY_ITS_HOST = {"operator_kit/testing/plugin.py": {"pytest"}}
+# Imports an extra provides (module -> the extra), each guarded or in a module only that
+# extra's users import: operator_kit.tracing works without it (tested below).
+OPTIONAL = {"operator_kit/tracing.py": {"opentelemetry": "tracing"},
+            "operator_kit/testing/tracing.py": {"opentelemetry": "test"}}
 
 
 def setup_cfg() -> configparser.ConfigParser:
@@ -140,7 +145,7 @@ def test_the_installed_dependencies_extras_and_entry_point_are_setup_cfg_s() -> 
     plain, extras = installed_requirements()
     assert comparable(plain) == comparable(lines(config["options"]["install_requires"])), STALE
     declared_extras = config["options.extras_require"]
-    assert set(extras) == set(declared_extras) == {"test", "docs"}, STALE
+    assert set(extras) == set(declared_extras) == {"test", "docs", "tracing"}, STALE
     for extra, requirements in extras.items():
         assert comparable(requirements) == comparable(lines(declared_extras[extra])), STALE
     (plugin,) = importlib.metadata.entry_points(group="pytest11", name="operator_kit")
@@ -185,7 +190,7 @@ def third_party_imports() -> dict[str, set[str]]:
                 top = name.split(".", 1)[0]
                 if top in sys.stdlib_module_names or top == "operator_kit":
                     continue
-                if top in LOADED_BY_ITS_HOST.get(where, set()):
+                if top in LOADED_BY_ITS_HOST.get(where, set()) or top in OPTIONAL.get(where, {}):
                     continue
                 imported.setdefault(top, set()).add(where)
     return imported
@@ -203,3 +208,18 @@ def test_every_third_party_module_operator_kit_imports_is_an_install_requirement
         if not {normalized(d) for d in distributions.get(module, [module])} & declared
     }
     assert not undeclared, f"imported, not in setup.cfg's install_requires: {undeclared}"
+
+
+def test_an_optional_import_is_in_its_extra_and_operator_kit_runs_without_it() -> None:
+    config = setup_cfg()["options.extras_require"]
+    for where, modules in OPTIONAL.items():
+        for module, extra in modules.items():
+            names = {requirement_name(r) for r in lines(config[extra])}
+            assert any(name.startswith(module) for name in names), (where, module, extra)
+    without = subprocess.run(
+        [sys.executable, "-c", "import sys; sys.modules['opentelemetry'] = None\n"
+         "from operator_kit import tracing, Operator\n"
+         "assert not tracing.enabled() and tracing.start_call('GET', '/', {}) is None\n"
+         "with tracing.reconcile('c', 'K', 'ns', 'n', []) as span: assert span is None"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert without.returncode == 0, without.stderr

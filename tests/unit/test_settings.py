@@ -252,6 +252,10 @@ GUNICORN_CASES = [
     ("OPERATOR_KIT_ACCESS_LOG", "maybe", "OPERATOR_KIT_ACCESS_LOG='maybe': neither yes nor no"),
     ("OPERATOR_KIT_INSECURE_HTTP", "sure", "OPERATOR_KIT_INSECURE_HTTP='sure': neither yes"),
     ("OPERATOR_KIT_MANAGE_TLS", "maybe", "OPERATOR_KIT_MANAGE_TLS='maybe': neither yes nor no"),
+    ("OPERATOR_KIT_METRICS_SECURE", "maybe", "OPERATOR_KIT_METRICS_SECURE='maybe': neither "
+     "yes nor no"),
+    ("OPERATOR_KIT_METRICS_SECURE", "1", "OPERATOR_KIT_METRICS_SECURE=1 with "
+     "OPERATOR_KIT_INSECURE_HTTP=1 would take bearer tokens over plain HTTP; unset one"),
     ("OPERATOR_KIT_LOG_LEVEL", "loud", "OPERATOR_KIT_LOG_LEVEL='loud': not a log level; use "
      "one of debug, info, warning, error, critical"),
     ("OPERATOR_KIT_LOG_FORMAT", "xml", "OPERATOR_KIT_LOG_FORMAT='xml': not a log format"),

@@ -30,7 +30,7 @@ def watchdog(timeout: float | None, *, max_spares: int = 1,
 
 def stuck(name: str) -> float:
     return REGISTRY.get_sample_value("operator_kit_controller_stuck_reconciles",
-                                     {"controller": name}) or 0.0
+                                     {"controller": name, "cluster": ""}) or 0.0
 
 
 def test_without_a_timeout_nothing_is_tracked_timed_out_or_started() -> None:

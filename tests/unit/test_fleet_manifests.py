@@ -1,0 +1,171 @@
+"""Fleets in the manifests: ``--fleet-member`` (what each member cluster needs, from the
+fleet controllers only), the hub's RBAC without the fleet controllers' rules, and the
+Role that lets the hub read its provider's Secrets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import yaml
+
+from operator_kit import Action, Context, Controller, CustomResource, Operator
+from operator_kit.api.rbac import Rule
+from operator_kit.fleet import Fleet, KubeconfigSecrets, StaticClusters
+from operator_kit.manifests import operator_manifests
+from operator_kit.manifests.__main__ import main as manifests_main
+
+
+@dataclass
+class PolicySpec:
+    level: int = 0
+
+
+class Policy(CustomResource):
+    group = "fleet.operator-kit.test"
+    version = "v1"
+    kind = "Policy"
+    plural = "policies"
+    spec: PolicySpec
+
+
+class HubOnly(CustomResource):
+    group = "hub.operator-kit.test"
+    version = "v1"
+    kind = "HubOnly"
+    spec: PolicySpec
+
+
+class PolicyController(Controller[Policy]):
+    resource = Policy
+    fleet = True
+    owns = ("v1/ConfigMap",)
+
+    def reconcile(self, obj: Policy, ctx: Context) -> Action:
+        return Action.await_change()
+
+
+class HubController(Controller[HubOnly]):
+    resource = HubOnly
+    owns = ("apps/v1/Deployment",)
+
+    def reconcile(self, obj: HubOnly, ctx: Context) -> Action:
+        return Action.await_change()
+
+
+def member_docs(capsys: pytest.CaptureFixture[str], *controllers: Controller[Any],
+                argv: tuple[str, ...] = ()) -> tuple[int, list[dict[str, Any]], str]:
+    operator = Operator("policy-operator", controllers)
+    code = manifests_main(["--fleet-member", *argv], operator=operator, app="policy:operator")
+    out, err = capsys.readouterr()
+    return code, [d for d in yaml.safe_load_all(out) if d], err
+
+
+def resources(role: dict[str, Any]) -> dict[tuple[str, str], list[str]]:
+    return {(r["apiGroups"][0], r["resources"][0]): r["verbs"] for r in role["rules"]}
+
+
+def test_a_member_gets_the_fleet_controllers_crd_and_rbac_and_nothing_of_the_hubs(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code, docs, _ = member_docs(capsys, PolicyController(), HubController())
+    assert code == 0
+    assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
+        ("Namespace", "policy-operator"),
+        ("CustomResourceDefinition", "policies.fleet.operator-kit.test"),
+        ("ServiceAccount", "policy-operator"),
+        ("ClusterRole", "policy-operator"),
+        ("ClusterRoleBinding", "policy-operator"),
+        ("Secret", "policy-operator-fleet-token"),
+    ]
+    granted = resources(next(d for d in docs if d["kind"] == "ClusterRole"))
+    assert ("fleet.operator-kit.test", "policies") in granted
+    assert {"create", "patch", "delete", "watch"} <= set(granted[("", "configmaps")])
+    assert (HubOnly.group, HubOnly.plural) not in granted and ("apps", "deployments") \
+        not in granted  # the hub controller's
+    assert ("coordination.k8s.io", "leases") not in granted
+    token = docs[-1]
+    assert token["type"] == "kubernetes.io/service-account-token"
+    assert token["metadata"]["annotations"] == {
+        "kubernetes.io/service-account.name": "policy-operator"}
+    assert all(d["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "operator-kit"
+               for d in docs)
+
+
+def test_the_namespace_flags_apply_to_the_member_documents_too(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code, docs, _ = member_docs(capsys, PolicyController(),
+                                argv=("--namespace", "ops", "--no-namespace"))
+    assert code == 0 and docs[0]["kind"] == "CustomResourceDefinition"
+    account = next(d for d in docs if d["kind"] == "ServiceAccount")
+    assert account["metadata"]["namespace"] == "ops"
+
+
+def test_an_operator_without_fleet_controllers_is_told_to_leave_the_flag_out(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code, docs, err = member_docs(capsys, HubController())
+    assert code == 2 and docs == []
+    assert "has no fleet controller" in err and "leave out --fleet-member" in err
+
+
+def test_flags_about_the_hubs_installation_are_refused_with_fleet_member(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code, docs, err = member_docs(capsys, PolicyController(),
+                                  argv=("--image", "x:1", "--uninstall",
+                                        "--metrics-secure"))
+    assert code == 2 and docs == []
+    assert "--fleet-member with --image, --uninstall, --metrics-secure" in err
+
+
+def test_the_hub_rules_leave_the_fleet_controllers_out() -> None:
+    operator = Operator("policy-operator", [PolicyController(), HubController()])
+    rules = operator.rules()
+    assert any(r.resources == ("deployments",) for r in rules)
+    assert not any(r.resources in (("policies",), ("configmaps",)) for r in rules)
+
+
+def hub_docs(provider: Any) -> list[dict[str, Any]]:
+    operator = Operator("policy-operator", [PolicyController(), HubController()])
+    Fleet.of(operator, provider)
+    return operator_manifests(operator, app="policy:operator", namespace="ops",
+                              image="policy:1")
+
+
+def test_the_hub_reads_the_kubeconfig_secrets_of_one_namespace_with_a_role_there() -> None:
+    docs = hub_docs(KubeconfigSecrets(namespace="capi"))
+    role = next(d for d in docs if d["kind"] == "Role"
+                and d["metadata"]["name"] == "policy-operator-fleet")
+    assert role["metadata"]["namespace"] == "capi"
+    assert role["rules"] == [Rule([""], ["secrets"], ["list", "watch"]).to_dict()]
+    binding = next(d for d in docs if d["kind"] == "RoleBinding"
+                   and d["metadata"]["name"] == "policy-operator-fleet")
+    assert binding["metadata"]["namespace"] == "capi"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "policy-operator",
+                                    "namespace": "ops"}]
+    cluster_role = next(d for d in docs if d["kind"] == "ClusterRole")
+    assert ("", "secrets") not in resources(cluster_role)  # nowhere else
+
+
+def test_every_namespace_is_a_cluster_role_and_files_need_no_hub_rbac() -> None:
+    docs = hub_docs(KubeconfigSecrets())
+    role = next(d for d in docs if d["kind"] == "ClusterRole"
+                and d["metadata"]["name"] == "policy-operator-fleet")
+    assert role["rules"] == [Rule([""], ["secrets"], ["list", "watch"]).to_dict()]
+    assert any(d["kind"] == "ClusterRoleBinding"
+               and d["metadata"]["name"] == "policy-operator-fleet" for d in docs)
+    docs = hub_docs(StaticClusters({"eu": "/nowhere/eu.yaml"}))
+    assert not any(d["metadata"]["name"] == "policy-operator-fleet" for d in docs)
+
+
+def test_fleet_member_documents_can_be_a_kustomize_base(
+        capsys: pytest.CaptureFixture[str], tmp_path: Any) -> None:
+    code, _, err = member_docs(capsys, PolicyController(),
+                               argv=("--kustomize", str(tmp_path / "member")))
+    assert code == 0 and "wrote" in err
+    written = {p.name: p.read_text() for p in (tmp_path / "member").iterdir()}
+    assert "kustomization.yaml" in written
+    docs = [d for name, text in written.items() if not name.startswith("kustomiz")
+            for d in yaml.safe_load_all(text) if d]
+    assert sorted(d["kind"] for d in docs) == [
+        "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "Namespace",
+        "Secret", "ServiceAccount"]
