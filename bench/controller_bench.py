@@ -112,6 +112,7 @@ PLURAL = "benchitems"
 OWNS = "operator_kit+owns"
 BEFORE = "operator_kit@before"
 CONTENDERS = ("operator_kit", "baseline", OWNS, BEFORE)
+TREE_PREFIX = "operator_kit@"  # a contender run with another tree's operator_kit
 FIELD_MANAGER = "controller-bench"
 TARGET_RATIO = 0.8
 TARGET_RSS_MB = 150.0
@@ -522,7 +523,7 @@ class Bench:
         creator: subprocess.Popen[str] | None = None
         watcher: StatusWatch | None = None
         try:
-            source = options.before if contender == BEFORE else None
+            source = options.trees.get(contender)
             worker = self._spawn(*args, log_name=f"{contender}-{count}.log", source=source)
             assert worker.stdin is not None and worker.stdout is not None
             if _read_line(worker.stdout, 120) != "ready\n":
@@ -648,13 +649,16 @@ def _format(results: list[RunResult]) -> str:
 
 def _cpu_lines(results: list[RunResult], count: int) -> list[str]:
     """The contenders' CPU per 1,000 objects at `count` (medians of rounds), operator_kit
-    against the baseline (the goal: no more) and against the --before tree."""
+    against the baseline (the goal: no more) and against each --before tree (CPU and
+    throughput)."""
     cpu: dict[str, float] = {}
-    for contender in CONTENDERS:
-        runs = [r.cpu_per_1k for r in results if (r.count, r.contender) == (count, contender)
+    rate: dict[str, float] = {}
+    for contender in dict.fromkeys(r.contender for r in results):
+        runs = [r for r in results if (r.count, r.contender) == (count, contender)
                 and r.converged == r.count]
         if runs:
-            cpu[contender] = statistics.median(runs)
+            cpu[contender] = statistics.median(r.cpu_per_1k for r in runs)
+            rate[contender] = statistics.median(r.per_second for r in runs)
     if "operator_kit" not in cpu:
         return []
     kit = cpu["operator_kit"]
@@ -664,9 +668,11 @@ def _cpu_lines(results: list[RunResult], count: int) -> list[str]:
         verdict = "meets" if kit <= cpu["baseline"] else "MISSES"
         rows.append(f"N={count}: operator_kit/baseline CPU = {kit / cpu['baseline']:.2f}x "
                     f"({verdict} the <= 1.00x goal)")
-    if BEFORE in cpu:
-        rows.append(f"N={count}: operator_kit/{BEFORE} CPU = {kit / cpu[BEFORE]:.2f}x "
-                    f"(after / before this tree's changes)")
+    for tree in (name for name in cpu if name.startswith(TREE_PREFIX)):
+        rows.append(f"N={count}: operator_kit/{tree} CPU = {kit / cpu[tree]:.2f}x, "
+                    f"throughput = {rate['operator_kit'] / rate[tree]:.2f}x "
+                    f"({rate['operator_kit']:.1f} / {rate[tree]:.1f} objects/s; "
+                    f"after / before this tree's changes)")
     return rows
 
 
@@ -731,7 +737,8 @@ def _counts(text: str) -> list[int]:
 
 def _contenders(text: str) -> list[str]:
     names = [part.strip() for part in text.split(",") if part.strip()]
-    unknown = sorted(set(names) - set(CONTENDERS))
+    unknown = sorted(name for name in names
+                     if name not in CONTENDERS and not name.startswith(TREE_PREFIX))
     if unknown or not names:
         raise argparse.ArgumentTypeError(
             f"unknown contender(s) {', '.join(unknown) or '(none given)'}; "
@@ -759,11 +766,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--contenders", type=_contenders, default=list(CONTENDERS[:2]),
                         help="comma-separated, from " + ", ".join(CONTENDERS) +
                              " (default: operator_kit,baseline)")
-    parser.add_argument("--before", metavar="DIR",
+    parser.add_argument("--before", metavar="[LABEL=]DIR", action="append", default=[],
                         help="a source tree holding another operator_kit package (e.g. "
-                             "`git archive main operator_kit | tar -x -C DIR`): adds the "
-                             f"contender {BEFORE}, run with that tree's operator_kit, to "
-                             "compare before and after a change in one run")
+                             "`git archive main operator_kit | tar -x -C DIR`, or a `git "
+                             "worktree add --detach DIR COMMIT`): adds the contender "
+                             f"{TREE_PREFIX}LABEL (default {BEFORE}), run with that tree's "
+                             "operator_kit, to compare before and after a change in one "
+                             "run; repeat it for several trees")
     parser.add_argument("--owns", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--logs", help="keep the worker logs in this folder")
     parser.add_argument("--timeout-base", type=float, default=60.0, help=argparse.SUPPRESS)
@@ -776,13 +785,24 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--namespace", help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
-    if options.before and options.worker is None:
-        if not (Path(options.before) / "operator_kit" / "__init__.py").exists():
-            parser.error(f"--before {options.before}: no operator_kit package in it")
-        if BEFORE not in options.contenders:
-            options.contenders.append(BEFORE)
-    elif BEFORE in options.contenders and options.worker is None:
-        parser.error(f"the contender {BEFORE} needs --before DIR")
+    options.trees = {}
+    for text in options.before:
+        label, sep, folder = text.rpartition("=")
+        contender = f"{TREE_PREFIX}{label}" if sep else BEFORE
+        if contender in options.trees or contender in CONTENDERS[:3] or not folder:
+            parser.error(f"--before {text}: give each tree a label of its own, LABEL=DIR")
+        options.trees[contender] = folder
+    if options.worker is None:
+        for contender, folder in options.trees.items():
+            if not (Path(folder) / "operator_kit" / "__init__.py").exists():
+                parser.error(f"--before {folder}: no operator_kit package in it")
+            if contender not in options.contenders:
+                options.contenders.append(contender)
+        for contender in options.contenders:
+            if contender.startswith(TREE_PREFIX) and contender not in options.trees:
+                parser.error(f"the contender {contender} needs --before "
+                             f"{contender.removeprefix(TREE_PREFIX)}=DIR (or --before DIR "
+                             f"for {BEFORE})")
     return options
 
 

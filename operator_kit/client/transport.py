@@ -359,6 +359,8 @@ class Transport:
             pool = kubernetes_rest.RESTClientObject(self.configuration).pool_manager
         self.pool: urllib3.PoolManager = pool
         self.retries = urllib3_retries(getattr(pool, "connection_pool_kw", {}).get("retries"))
+        # (code, method) -> the children of the request counter and histogram (`_metrics`)
+        self._children: dict[tuple[str, str], tuple[Any, Any]] = {}
 
     def send(
         self,
@@ -416,11 +418,20 @@ class Transport:
             return response
         finally:
             tracing.end_call(span, code)
-            metrics.REST_CLIENT_REQUESTS.labels(code, method, self.host).inc()
+            requests, duration = self._metrics(code, method)
+            requests.inc()
             if attempt > 1:
                 metrics.REST_CLIENT_REQUEST_RETRIES.labels(code, method, self.host).inc()
-            metrics.REST_CLIENT_REQUEST_DURATION.labels(method, self.host).observe(
-                time.monotonic() - started)
+            duration.observe(time.monotonic() - started)
+
+    def _metrics(self, code: str, method: str) -> tuple[Any, Any]:
+        """The request counter's and histogram's children, looked up once (not per request)."""
+        children = self._children.get((code, method))
+        if children is None:  # two threads may both look up: the same children
+            children = self._children[code, method] = (
+                metrics.REST_CLIENT_REQUESTS.labels(code, method, self.host),
+                metrics.REST_CLIENT_REQUEST_DURATION.labels(method, self.host))
+        return children
 
     def _headers(self, params: list[tuple[str, str]], accept: str) -> dict[str, str]:
         """The client's default headers (User-Agent), cookie and credentials, and Accept."""
@@ -458,12 +469,21 @@ def urllib3_retries(configured: Any) -> Any:
 
 
 def _encode(client_: client.ApiClient, body: Any) -> bytes:
-    """A request body as bytes: str/bytes as given, anything else (dicts, models) as JSON."""
+    """A request body as bytes: str/bytes as given, anything else (dicts, models) as JSON:
+    the client's ``sanitize_for_serialization`` runs only on what JSON cannot hold
+    (models, datetimes...), so the body's dicts and lists are not all copied first."""
     if isinstance(body, bytes):
         return body
     if isinstance(body, str):
         return body.encode()
-    return json.dumps(client_.sanitize_for_serialization(body)).encode()
+
+    def sanitized(value: Any) -> Any:
+        result = client_.sanitize_for_serialization(value)
+        if result is value:  # nothing JSON can hold (bytes, say): json's own TypeError
+            raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+        return result
+
+    return json.dumps(body, default=sanitized).encode()
 
 
 def _error(response: Any) -> ApiException:

@@ -405,11 +405,15 @@ def decode_model(model: type, raw: Mapping[str, Any], api_client: client.ApiClie
 
 
 def encode(obj: Any, api_client: client.ApiClient) -> tuple[Kind, dict[str, Any]]:
-    """The kind and the API's dict of `obj`: a CustomResource, a client model or a dict."""
+    """The kind and the API's dict of `obj`: a CustomResource, a client model or a dict.
+
+    A dict comes back as a new dict whose values are `obj`'s own (a shallow copy, not a
+    deep one: a write sends it and keeps nothing of it, and `Context.apply_owned`
+    replaces only its top-level keys), so that the caller's dict is never changed."""
     if isinstance(obj, CustomResource):
         return Kind.of(type(obj)), obj.to_dict()
     if isinstance(obj, Mapping):
-        body = copy.deepcopy(dict(obj))
+        body = dict(obj)
         if not body.get("apiVersion") or not body.get("kind"):
             raise ValueError("the object needs an apiVersion and a kind, e.g. "
                              "{'apiVersion': 'batch/v1', 'kind': 'Job', 'metadata': ...}")

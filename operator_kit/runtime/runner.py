@@ -146,6 +146,8 @@ class ControllerRunner:
         self._timeouts = metrics.CR_RECONCILE_TIMEOUTS.labels(*labels)
         self._triggers = TriggerCounter(*labels)
         metrics.init_controller(labels[0], controller.max_concurrent_reconciles, labels[1])
+        self._results = {result: metrics.CR_RECONCILES.labels(*labels, result)
+                         for result in metrics.RESULTS}  # looked up once, not per reconcile
 
     def _resource(self, kind: KindSpec, where: str) -> Resource:
         try:
@@ -291,7 +293,7 @@ class ControllerRunner:
         self._errors.inc()
         self._retries.inc()
         self._timeouts.inc()
-        metrics.CR_RECONCILES.labels(*self.labels, "error").inc()
+        self._results["error"].inc()
         self._duration.observe(time.monotonic() - attempt.started)
         with logs.reconciling(self.name, *key, kind=self._owner_kind,
                              group=self._owner_group):
@@ -453,7 +455,7 @@ class ControllerRunner:
         finally:
             self._in_flight.dec()
             self._reconciles.inc()
-            metrics.CR_RECONCILES.labels(*self.labels, result).inc()
+            self._results[result].inc()
             self._duration.observe(time.monotonic() - started)
         after = action.requeue_after if action is not None else None
         if log.isEnabledFor(logging.DEBUG):  # only then are the changed fields compared

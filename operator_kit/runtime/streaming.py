@@ -123,12 +123,13 @@ def read_lines(response: Any) -> Iterator[bytes]:
     """Split a chunked watch stream into lines, yielding each as soon as it is complete."""
     pending = b""
     for chunk in response.stream(amt=None, decode_content=True):
-        pending += chunk
-        while True:
-            newline = pending.find(b"\n")
-            if newline < 0:
-                break
-            line, pending = pending[:newline], pending[newline + 1:]
+        if b"\n" not in chunk:
+            pending += chunk
+            continue
+        # One split per chunk: a chunk of a streaming list holds many events, and
+        # cutting them off one by one would copy the rest of the chunk each time.
+        *lines, pending = (pending + chunk).split(b"\n")
+        for line in lines:
             if line.strip():
                 yield line
     if pending.strip():

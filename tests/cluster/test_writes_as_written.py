@@ -270,6 +270,43 @@ def test_an_unchanged_child_costs_no_apply_and_an_outside_change_is_applied_over
     assert spy.count("PATCH", child) == 2, spy.sent
 
 
+class TemplateApplier(Controller[Widget]):
+    """Applies the same dict, a module-level template say, on every pass."""
+
+    resource = Widget
+
+    def __init__(self, namespace: str, template: dict[str, Any]) -> None:
+        super().__init__()
+        self.namespace = namespace
+        self.template = template
+        self.applied: list[dict[str, Any]] = []
+
+    def reconcile(self, obj: Widget, ctx: Context) -> None:
+        self.applied.append(ctx.apply_owned(obj, self.template))
+
+
+def test_apply_owned_leaves_the_dict_it_was_given_as_it_was(
+        cluster: TestCluster, namespace: Namespace) -> None:
+    template: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap",
+                                "metadata": {"name": "shared", "labels": {"app": "w"}},
+                                "data": {"size": "1"}}
+    written = {**template, "metadata": {"name": "shared", "labels": {"app": "w"}},
+               "data": {"size": "1"}}  # a copy to compare with, built apart
+    controller = TemplateApplier(namespace.name, template)
+    operator, _ = start(cluster, controller)
+    try:
+        create_widget(namespace, "w")
+        eventually(20, lambda: len(controller.applied) >= 1)
+    finally:
+        operator.stop(timeout=10)
+    assert template == written  # no namespace, ownerReferences or labels added to it
+    child = configmap(namespace, "shared")
+    assert child["metadata"]["namespace"] == namespace.name
+    assert [r["name"] for r in child["metadata"]["ownerReferences"]] == ["w"]
+    assert child["metadata"]["labels"] == {"app": "w"} and child["data"] == {"size": "1"}
+    assert controller.applied[0]["metadata"]["uid"] == child["metadata"]["uid"]
+
+
 # -- ctx.list reads the reconciled object's namespace ---------------------------------------
 
 def test_ctx_list_defaults_to_the_objects_namespace_and_all_only_when_asked(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Iterator
 
 import pytest
 from kubernetes.client.exceptions import ApiException
@@ -18,6 +19,7 @@ from operator_kit.runtime.streaming import (
     StreamingLists,
     ends_initial_events,
     initial_events_query,
+    read_lines,
     refuses_streaming,
 )
 from operator_kit.runtime.watching import STREAMING_ENV, Informers
@@ -139,3 +141,24 @@ def test_the_operator_hands_its_settings_to_its_informers(
     whole = Operator("op", default_transform=None)
     whole.use(ApiClient())
     assert whole.informers.default_transform is None
+
+
+class _Chunks:
+    """A response whose stream yields these chunks, as urllib3's does."""
+
+    def __init__(self, *chunks: bytes) -> None:
+        self.chunks = chunks
+
+    def stream(self, amt: int | None = None, decode_content: bool = True) -> Iterator[bytes]:
+        return iter(self.chunks)
+
+
+def test_read_lines_yields_each_event_of_a_chunk_and_joins_those_split_across_chunks(
+        ) -> None:
+    events = [json.dumps({"type": "ADDED", "object": {"n": i}}).encode() for i in range(500)]
+    stream = b"\n".join(events) + b"\n\n  \n" + b'{"type": "BOOKMARK"}'  # no final newline
+    # a streaming list's chunk holds many events; others end mid-event
+    chunks = (stream[:40_000], stream[40_000:40_003], stream[40_003:])
+    assert list(read_lines(_Chunks(*chunks))) == [*events, b'{"type": "BOOKMARK"}']
+    assert list(read_lines(_Chunks(b"a\r\n", b"\nb", b"c\n"))) == [b"a\r", b"bc"]
+    assert list(read_lines(_Chunks())) == []

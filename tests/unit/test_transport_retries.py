@@ -8,6 +8,8 @@ tests/cluster/test_client_retries.py.
 
 from __future__ import annotations
 
+import datetime
+import enum
 import json
 import logging
 import threading
@@ -279,3 +281,50 @@ def test_urllib3_keeps_its_connection_retries_but_not_its_answer_based_ones() ->
         assert not retries.is_retry("GET", 429, has_retry_after=True)
     assert urllib3_retries(urllib3.Retry(connect=1)).connect == 1
     assert urllib3_retries(False) is False
+
+
+# -- what is sent, and how it is counted -----------------------------------------------------
+
+class Colour(enum.Enum):
+    RED = "red"
+
+
+def test_a_body_is_sent_as_the_json_of_the_clients_sanitized_body(server: Scripted,
+                                                                  api: Api) -> None:
+    server.script = [OK]
+    body = {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": client.V1ObjectMeta(name="a", labels={"k": "v"}),
+            "data": {"when": datetime.datetime(2026, 1, 2, 3, 4, 5), "colour": Colour.RED,
+                     "pair": (1, None), "day": datetime.date(2026, 1, 2)},
+            "refs": [client.V1OwnerReference(api_version="v1", kind="K", name="n", uid="u")]}
+    api.request("POST", "/api/v1/namespaces/ns/configmaps", body=body)
+    expected = json.dumps(api.client.sanitize_for_serialization(body)).encode()
+    assert server.seen[0][2] == expected
+    assert json.loads(expected)["data"] == {"when": "2026-01-02T03:04:05", "colour": "red",
+                                            "pair": [1, None], "day": "2026-01-02"}
+
+
+def test_what_json_cannot_hold_is_refused_before_anything_is_sent(server: Scripted,
+                                                                   api: Api) -> None:
+    server.script = [OK]
+    with pytest.raises(TypeError, match="bytes is not JSON serializable"):
+        api.request("POST", "/api/v1/namespaces/ns/configmaps", body={"data": b"raw"})
+    assert server.seen == []
+
+
+def test_every_answer_is_counted_by_code_and_method_with_its_latency(server: Scripted,
+                                                                     api: Api) -> None:
+    host = server.url.removeprefix("http://")
+
+    def latencies() -> float:
+        return REGISTRY.get_sample_value("rest_client_request_duration_seconds_count",
+                                         {"verb": "GET", "host": host}) or 0.0
+
+    before = requests(server, "200"), requests(server, "404"), latencies()
+    server.script = [OK, (404, {}), OK]
+    api.get("/api/v1/namespaces/ns/configmaps/a")
+    with pytest.raises(ApiError):
+        api.get("/api/v1/namespaces/ns/configmaps/b")
+    api.get("/api/v1/namespaces/ns/configmaps/c")
+    after = requests(server, "200"), requests(server, "404"), latencies()
+    assert [a - b for a, b in zip(after, before, strict=True)] == [2, 1, 3]
