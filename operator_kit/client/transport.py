@@ -398,8 +398,7 @@ class Transport:
         elif timeout:
             options["timeout"] = urllib3.Timeout(total=timeout)
         started = time.monotonic()
-        code = "<error>"
-        span = tracing.start_call(method, path, sent)
+        code, span = "<error>", tracing.start_call(method, path, sent)
         try:
             try:
                 response = self.pool.request(method, url, body=data, headers=sent,
