@@ -8,7 +8,6 @@ already running, name their kubeconfigs in OPERATOR_KIT_TEST_FLEET_KUBECONFIGS
 from __future__ import annotations
 
 import logging
-import os
 import secrets
 import shutil
 import socket
@@ -27,7 +26,6 @@ from prometheus_client import REGISTRY
 from operator_kit import Action, Context, Controller, CustomResource, Operator
 from operator_kit.client.transport import Api, api_client
 from operator_kit.fleet import Fleet, KubeconfigDirectory, KubeconfigSecrets, StaticClusters
-from operator_kit.localcluster import LocalCluster
 from operator_kit.manifests import fleet_member_manifests
 from operator_kit.manifests._fleet import hub_access_documents
 from operator_kit.testing import Namespace, TestCluster, eventually
@@ -38,8 +36,6 @@ from operator_kit.testing.kubeconfigs import (
     kubeconfig_secret,
     token_kubeconfig,
 )
-
-FLEET_ENV = "OPERATOR_KIT_TEST_FLEET_KUBECONFIGS"
 
 
 @dataclass
@@ -91,25 +87,12 @@ class Member:
 
 
 @pytest.fixture(scope="session")
-def members(cluster: TestCluster, binaries: None,
-            tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Member]]:
+def members(fleet_clusters: list[TestCluster]) -> list[Member]:
     """Three member clusters: the hub's plane and two more, each with the Parcel CRD."""
-    planes: list[LocalCluster] = []
-    named = [p for p in os.environ.get(FLEET_ENV, "").split(os.pathsep) if p]
-    try:
-        if not named:
-            for i in range(2):
-                plane = LocalCluster(tmp_path_factory.mktemp(f"fleet-plane-{i}"))
-                planes.append(plane)
-                named.append(str(plane.up()))
-        found = [Member("m0", cluster)] + [Member(f"m{i + 1}", TestCluster(path))
-                                           for i, path in enumerate(named[:2])]
-        for member in found:
-            member.cluster.install_crd(Parcel)
-        yield found
-    finally:
-        for plane in planes:
-            plane.down()
+    found = [Member(f"m{i}", cluster) for i, cluster in enumerate(fleet_clusters)]
+    for member in found:
+        member.cluster.install_crd(Parcel)
+    return found
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ that ran at the same time. Timings are shortened (lease 4 s, renew deadline 3 s,
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -27,12 +26,10 @@ from typing import Any
 import pytest
 
 from operator_kit.fleet.sharding import cluster_lease
-from operator_kit.localcluster import LocalCluster
 from operator_kit.testing import Namespace, TestCluster, eventually
 
 from .fleet_replica import OPERATOR, Crate, overlaps, runs, writes_begun_after
 
-FLEET_ENV = "OPERATOR_KIT_TEST_FLEET_KUBECONFIGS"
 LEASE, DEADLINE, RETRY = 4.0, 3.0, 0.5
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,25 +41,12 @@ class Site:
 
 
 @pytest.fixture(scope="session")
-def sites(cluster: TestCluster, binaries: None,
-          tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Site]]:
+def sites(fleet_clusters: list[TestCluster]) -> list[Site]:
     """Three member clusters, the hub's plane first, each with the Crate CRD."""
-    planes: list[LocalCluster] = []
-    named = [p for p in os.environ.get(FLEET_ENV, "").split(os.pathsep) if p]
-    try:
-        if not named:
-            for i in range(2):
-                plane = LocalCluster(tmp_path_factory.mktemp(f"fleet-shard-plane-{i}"))
-                planes.append(plane)
-                named.append(str(plane.up()))
-        found = [Site("m0", cluster)] + [Site(f"m{i + 1}", TestCluster(path))
-                                         for i, path in enumerate(named[:2])]
-        for site in found:
-            site.cluster.install_crd(Crate)
-        yield found
-    finally:
-        for plane in planes:
-            plane.down()
+    found = [Site(f"m{i}", cluster) for i, cluster in enumerate(fleet_clusters)]
+    for site in found:
+        site.cluster.install_crd(Crate)
+    return found
 
 
 class Replica:
