@@ -101,7 +101,7 @@ def _serves_probes_and_metrics(replica: Replica, *, leads: bool) -> None:
     assert status == 200
     assert "controller_runtime_reconcile_total" in metrics
     if leads:
-        assert 'controller_runtime_reconcile_total{controller="memo",result="success"}' \
+        assert 'controller_runtime_reconcile_total{cluster="",controller="memo",result="success"}' \
             in metrics
     assert _get(f"{probes}/metrics")[0] == 404, "metrics are on their own port"
     assert _get(f"http://127.0.0.1:{replica.metrics_port}/readyz")[0] == 404

@@ -56,7 +56,7 @@ def test_gunicorn_serves_probes_and_metrics_and_runs_the_controllers(
         assert cm["data"]["size"] == "8"
         status, metrics = get(f"{base}/metrics", tls / "ca.crt")
         assert status == 200
-        assert 'operator_kit_controller_reconciles_total{controller="widget"}' in metrics
+        assert 'operator_kit_controller_reconciles_total{cluster="",controller="widget"}' in metrics
         with pytest.raises((ConnectionError, urllib.error.URLError)):
             urllib.request.urlopen(f"http://127.0.0.1:{port}/livez", timeout=5)  # TLS only
         server.send_signal(signal.SIGTERM)
