@@ -344,13 +344,8 @@ class ControllerRunner:
             key = self.queue.get()
             if key is None:
                 return
-            if not self.may_reconcile():
-                # Fenced: this replica may no longer hold the Lease. Keep the key for
-                # whoever leads next; the operator is on its way out.
-                triggers = self.queue.triggers(key)
+            if self._fenced(key, self.queue.triggers(key)):
                 self.queue.done(key)
-                self.queue.add(key, trigger=triggers)  # why it is queued still holds
-                self.stop.wait(0.5)
                 continue
             held = True  # False: it timed out, and the watchdog released the key
             try:
@@ -368,6 +363,16 @@ class ControllerRunner:
                     self._depth.set(len(self.queue))
             if self.watchdog.retire():  # a new worker took its place after a timeout
                 return
+
+    def _fenced(self, key: Key, triggers: Triggers) -> bool:
+        """Whether this replica may no longer start a reconcile (it may have lost the
+        Lease); then `key` is kept, with why it is queued, for whoever leads next (it is
+        queued again once released) while the operator is on its way out."""
+        if self.may_reconcile():
+            return False
+        self.queue.add(key, trigger=triggers)
+        self.stop.wait(0.5)
+        return True
 
     def _process(self, key: Key) -> bool:
         """Reconcile `key` once and settle its queue entry; False when the reconcile
@@ -398,6 +403,10 @@ class ControllerRunner:
             log.error("%s: %s", self.name, err)
             self.context.event(raw, True, "InvalidResource", str(err))
             self.queue.forget(key)
+            return True
+        # Checked again just before the reconcile: the wait for its last writes (or a
+        # SIGSTOP) may have outlasted the Lease since the worker took the key.
+        if self._fenced(key, triggers):
             return True
         self._triggers.count(triggers)
         self._in_flight.inc()

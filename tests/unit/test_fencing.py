@@ -1,15 +1,21 @@
-"""A fenced Api refuses writes, never reads, once its fence closes (client/fencing.py)."""
+"""A fenced Api refuses writes, never reads, once its fence closes (client/fencing.py);
+a worker that may no longer reconcile starts none."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
 from kubernetes import client
 
+from operator_kit.client.events import EventRecorder
 from operator_kit.client.fencing import Fenced, FencedApi
 from operator_kit.client.transport import Api
 from operator_kit.election.sharder import FencedApi as MemberApi
+from operator_kit.runtime.runner import ControllerRunner
+from operator_kit.runtime.watching import Informers
+from tests.unit.test_event_priority import PotController, pot
 
 
 class Recording(Api):
@@ -66,3 +72,33 @@ def test_fences_nest_so_a_timed_out_reconcile_of_a_fenced_member_is_refused_by_e
     with pytest.raises(Fenced, match="timed out"):
         attempt.request("PATCH", "/c")
     assert inner.sent == [("PATCH", "/a")]
+
+
+def test_a_worker_that_lost_the_lease_after_taking_a_key_starts_no_reconcile_and_keeps_it(
+        ) -> None:
+    """The check is made just before the reconcile, not only when the worker takes the key:
+    the wait for the key's last writes to be seen (or a SIGSTOP) can outlast the Lease."""
+    reconciled: list[str] = []
+
+    class Counting(PotController):
+        def reconcile(self, obj: Any, ctx: Any) -> Any:
+            reconciled.append(obj.name)
+
+    leading = [True]
+    api, stop = Api(client.ApiClient()), threading.Event()
+    runner = ControllerRunner(Counting(), api, field_manager="test",
+                              recorder=EventRecorder(api, "test"), stop=stop,
+                              informers=Informers(api, stop), may_reconcile=lambda: leading[0])
+    stop.set()  # no waits: the runner is driven by hand
+    runner.primaries[None].store.put(pot("a"))
+    runner.queue.add(("ns", "a"))
+    key = runner.queue.get(timeout=0)
+    assert key == ("ns", "a")
+    leading[0] = False  # lost between taking the key and reconciling it
+    assert runner._process(key)
+    runner.queue.done(key)
+    assert reconciled == []
+    assert runner.queue.get(timeout=0) == key, "kept for whoever leads next"
+    leading[0] = True
+    assert runner._process(key)
+    assert reconciled == ["a"]
