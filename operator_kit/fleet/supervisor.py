@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from operator_kit.client.events import EventRecorder
 from operator_kit.client.transport import Api, api_client, error_message
+from operator_kit.fleet.fanout import FanOut
 from operator_kit.fleet.providers import Cluster, ClusterProvider
 from operator_kit.runtime.controller import Controller
 from operator_kit.runtime.objects import Objects
@@ -162,14 +163,21 @@ class Member:
         watches = sum(1 + len(c.owns) + len(c.watches) for c in self.controllers)
         self._api = api = Api(api_client(self.cluster.kubeconfig,
                                          pool_size=max(8, workers + watches + 4)))
-        informers = Informers(api, self.stop, stall_timeout=self.watch_stall_timeout)
+        fan_outs = [c for c in self.controllers if isinstance(c, FanOut)]
+        hub = {r: a for c in fan_outs for r, a in c.hub_routes().items()}  # fanout.py
+        informers = Informers(api, self.stop, stall_timeout=self.watch_stall_timeout,
+                              elsewhere=hub)
         recorder = EventRecorder(api, self.field_manager)
         objects = Objects(api, informers, field_manager=self.field_manager)
-        runners = [ControllerRunner(controller, api, field_manager=self.field_manager,
-                                    recorder=recorder, stop=self.stop, informers=informers,
-                                    objects=objects, may_reconcile=self.may_reconcile,
-                                    cluster=self.name)
-                   for controller in self.controllers]
+        runners = [controller.member_runner(
+            self, api, informers=informers, objects=objects, recorder=recorder,
+            field_manager=self.field_manager, may_reconcile=self.may_reconcile)
+            if isinstance(controller, FanOut) else
+            ControllerRunner(controller, api, field_manager=self.field_manager,
+                             recorder=recorder, stop=self.stop, informers=informers,
+                             objects=objects, may_reconcile=self.may_reconcile,
+                             cluster=self.name)
+            for controller in self.controllers]
         self.informers, self.runners = informers, runners
 
     def _shut_down(self) -> None:
@@ -232,13 +240,18 @@ class Fleet:
         """The fleet of `operator`'s fleet controllers: it stops when the operator stops
         (within `poll_interval`) and runs them only while the operator may reconcile
         (leads, under leader election). Its own `stop` leaves the operator running."""
-        controllers = [c for c in operator.controllers if c.fleet]
+        controllers = [c for c in operator.controllers if c.fleet or isinstance(c, FanOut)]
         if not controllers:
             raise ValueError(f"operator {operator.name} has no fleet controllers: set "
-                             "`fleet = True` on the controllers to run on member clusters")
-        return cls(operator.name, controllers, provider, stop=operator.stopping,
-                   may_reconcile=operator.leading, shutdown_timeout=operator.shutdown_timeout,
-                   watch_stall_timeout=operator.watch_stall_timeout, **options)
+                             "`fleet = True` on the controllers to run on member clusters, "
+                             "or subclass operator_kit.fleet.FanOut")
+        fleet = cls(operator.name, controllers, provider, stop=operator.stopping,
+                    may_reconcile=operator.leading, shutdown_timeout=operator.shutdown_timeout,
+                    watch_stall_timeout=operator.watch_stall_timeout, **options)
+        for controller in controllers:  # a FanOut's hub side runs in the operator
+            if isinstance(controller, FanOut):
+                controller.attach(fleet, operator.api)
+        return fleet
 
     def members(self) -> dict[str, Member]:
         """The member clusters the fleet runs now, by name."""
