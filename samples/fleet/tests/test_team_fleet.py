@@ -1,0 +1,289 @@
+"""The Team fleet against real API servers: a hub plane and two member planes.
+
+The hub is OPERATOR_KIT_TEST_KUBECONFIG; the members are the kubeconfigs named in
+OPERATOR_KIT_TEST_FLEET_KUBECONFIGS (``a:b``), or two local planes started for the
+module and stopped after it. A third member, ``gone``, is a kubeconfig whose server
+port nothing listens on: an unreachable cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from team_operator import Team, TeamSpec, TeamSync
+
+from operator_kit import Operator
+from operator_kit.fleet import Fleet, KubeconfigDirectory
+from operator_kit.fleet.fanout import HUB_UID, ready_entry, write_entry
+from operator_kit.localcluster import LocalCluster
+from operator_kit.testing import TestCluster, eventually
+
+FLEET_ENV = "OPERATOR_KIT_TEST_FLEET_KUBECONFIGS"
+TEAMS = "/apis/example.com/v1/teams"
+
+
+@pytest.fixture(scope="module")
+def members(cluster: TestCluster, tmp_path_factory: pytest.TempPathFactory,
+            ) -> Iterator[dict[str, TestCluster]]:
+    """Two member clusters, by name (m1, m2)."""
+    planes: list[LocalCluster] = []
+    named = [p for p in os.environ.get(FLEET_ENV, "").split(os.pathsep) if p]
+    try:
+        if not named:
+            for i in range(2):
+                plane = LocalCluster(tmp_path_factory.mktemp(f"team-plane-{i}"))
+                planes.append(plane)
+                named.append(str(plane.up()))
+        yield {f"m{i + 1}": TestCluster(path) for i, path in enumerate(named[:2])}
+    finally:
+        for plane in planes:
+            plane.down()
+
+
+@pytest.fixture(scope="module")
+def directory(tmp_path_factory: pytest.TempPathFactory,
+              members: dict[str, TestCluster]) -> Path:
+    folder = tmp_path_factory.mktemp("team-fleet") / "clusters"
+    folder.mkdir()
+    for name, member in members.items():
+        staged = folder.parent / f".{name}.yaml"
+        shutil.copy(member.kubeconfig, staged)
+        staged.rename(folder / f"{name}.yaml")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def teams(cluster: TestCluster, directory: Path) -> Iterator[TeamSync]:
+    """The hub operator and its fleet running; the controller."""
+    cluster.install_crd(Team)
+    controller = TeamSync()
+    controller.status_interval = 1.0
+    controller.orphan_after = 6.0
+    operator = Operator("team-operator", [controller])
+    operator.use(cluster.client)
+    fleet = Fleet.of(operator, KubeconfigDirectory(directory), poll_interval=0.2)
+    operator.start()
+    fleet.start()
+    try:
+        yield controller
+        for team in cluster.api.get(TEAMS)["items"]:  # while the operator still runs
+            cluster.api.request("DELETE", f"{TEAMS}/{team['metadata']['name']}")
+        eventually(60, lambda: not cluster.api.get(TEAMS)["items"],
+                   message="every test Team finalized")
+    finally:
+        operator.stop()
+        fleet.stop()
+
+
+def create_team(cluster: TestCluster, name: str, **spec: Any) -> dict[str, Any]:
+    body = Team(name, TeamSpec(**spec)).to_dict()
+    result: dict[str, Any] = cluster.api.request("POST", TEAMS, body=body)
+    return result
+
+
+def team(cluster: TestCluster, name: str) -> dict[str, Any] | None:
+    found: dict[str, Any] | None = cluster.api.get_or_none(f"{TEAMS}/{name}")
+    return found
+
+
+def ready(cluster: TestCluster, name: str, clusters: dict[str, str],
+          generation: int = 1) -> dict[str, dict[str, Any]]:
+    """The Team's Ready conditions by cluster, once they are `clusters` (name: status)
+    for `generation`; else an AssertionError for `eventually`."""
+    status = (team(cluster, name) or {}).get("status") or {}
+    found = {e["name"]: next(c for c in e["conditions"] if c["type"] == "Ready")
+             for e in status.get("clusters") or ()}
+    assert {n: c["status"] for n, c in found.items()} == clusters, found
+    assert all(c.get("observedGeneration") == generation for c in found.values()), found
+    return found
+
+
+def child(member: TestCluster, path: str) -> dict[str, Any] | None:
+    found: dict[str, Any] | None = member.api.get_or_none(path)
+    if found is not None and found["metadata"].get("deletionTimestamp"):
+        return None  # on its way out
+    return found
+
+
+def closed_port_kubeconfig(path: Path, like: str) -> None:
+    """A kubeconfig like `like` whose server is a loopback port nothing listens on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    text = Path(like).read_text()
+    server = next(line for line in text.splitlines() if "server:" in line).split("server:")[1]
+    path.write_text(text.replace(server.strip(), f"https://127.0.0.1:{port}"))
+
+
+def events(cluster: TestCluster, name: str, reason: str) -> list[dict[str, Any]]:
+    return [e for e in cluster.api.get("/apis/events.k8s.io/v1/events")["items"]
+            if e.get("regarding", {}).get("name") == name and e.get("reason") == reason]
+
+
+def test_status_entries_written_at_once_by_many_clusters_are_all_kept(
+        cluster: TestCluster) -> None:
+    """The design's premise, on the API server: a list-map entry per field manager."""
+    cluster.install_crd(Team)
+    created = create_team(cluster, "ssa-entries")
+    obj = Team.from_dict(created)
+    names = [f"c{i}" for i in range(8)]
+    start = threading.Barrier(len(names))
+
+    def write(name: str) -> None:
+        start.wait()
+        for generation in (1, 2, 3):  # each writes its entry three times, all at once
+            write_entry(cluster.api, obj, "clusters", name,
+                        ready_entry(name, "True", "Applied", f"pass {generation}", 1, None),
+                        "ssa-test")
+
+    threads = [threading.Thread(target=write, args=(n,), name=f"write-{n}") for n in names]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    status = (team(cluster, "ssa-entries") or {})["status"]
+    assert sorted(e["name"] for e in status["clusters"]) == names
+    assert {e["conditions"][0]["message"] for e in status["clusters"]} == {"pass 3"}
+    write_entry(cluster.api, obj, "clusters", "c3", None, "ssa-test")  # c3 leaves
+    status = (team(cluster, "ssa-entries") or {})["status"]
+    assert sorted(e["name"] for e in status["clusters"]) == [n for n in names if n != "c3"]
+    cluster.api.request("DELETE", f"{TEAMS}/ssa-entries")
+
+
+def test_a_team_gets_its_children_on_every_member_and_a_ready_condition_per_cluster(
+        cluster: TestCluster, members: dict[str, TestCluster], teams: TeamSync) -> None:
+    created = create_team(cluster, "payments", members=["ana", "bo"], role="view",
+                          config={"tier": "gold"})
+    conditions = eventually(60, lambda: ready(cluster, "payments",
+                                              {"m1": "True", "m2": "True"}),
+                            message="Ready on both members")
+    assert all(c["reason"] == "Applied" for c in conditions.values())
+    for name, member in members.items():
+        namespace = member.api.get("/api/v1/namespaces/team-payments")
+        assert namespace["metadata"]["labels"][HUB_UID] == created["metadata"]["uid"]
+        config = member.api.get("/api/v1/namespaces/team-payments/configmaps/team-config")
+        assert config["data"] == {"tier": "gold", "cluster": name}
+        binding = member.api.get("/apis/rbac.authorization.k8s.io/v1/namespaces/"
+                                 "team-payments/rolebindings/team-members")
+        assert binding["roleRef"]["name"] == "view"
+        assert [s["name"] for s in binding["subjects"]] == ["ana", "bo"]
+    managers = {m["manager"] for m in cluster.api.get(f"{TEAMS}/payments")["metadata"][
+        "managedFields"] if m.get("subresource") == "status"}
+    assert {"team-operator@m1", "team-operator@m2"} <= managers
+    assert (team(cluster, "payments") or {})["metadata"]["finalizers"] == [TeamSync.finalizer]
+
+
+def test_an_edit_of_the_team_reaches_every_member(
+        cluster: TestCluster, members: dict[str, TestCluster], teams: TeamSync) -> None:
+    create_team(cluster, "search", members=["cy"], config={"tier": "silver"})
+    eventually(60, lambda: ready(cluster, "search", {"m1": "True", "m2": "True"}),
+               message="Ready on both members")
+    cluster.api.request("PATCH", f"{TEAMS}/search",
+                        body={"spec": {"members": ["cy", "dee"], "config": {"tier": "gold"}}},
+                        content_type="application/merge-patch+json")
+    for name, member in members.items():
+        eventually(30, lambda m=member, n=name: m.api.get(
+            "/api/v1/namespaces/team-search/configmaps/team-config")["data"]
+            == {"tier": "gold", "cluster": n}, message=f"the new config on {name}")
+        eventually(30, lambda m=member: [s["name"] for s in m.api.get(
+            "/apis/rbac.authorization.k8s.io/v1/namespaces/team-search/rolebindings/"
+            "team-members")["subjects"]] == ["cy", "dee"], message=f"the members on {name}")
+    eventually(30, lambda: ready(cluster, "search", {"m1": "True", "m2": "True"},
+                                 generation=2), message="Ready for generation 2")
+
+
+def test_a_child_deleted_by_hand_on_a_member_is_put_back(
+        cluster: TestCluster, members: dict[str, TestCluster], teams: TeamSync) -> None:
+    create_team(cluster, "ledger", config={"a": "1"})
+    eventually(60, lambda: ready(cluster, "ledger", {"m1": "True", "m2": "True"}),
+               message="Ready on both members")
+    member = members["m2"]
+    path = "/api/v1/namespaces/team-ledger/configmaps/team-config"
+    before = member.api.get(path)["metadata"]["uid"]
+    member.api.request("DELETE", path)
+    again = eventually(20, lambda: child(member, path), message="the ConfigMap put back")
+    assert again["metadata"]["uid"] != before and again["data"] == {"a": "1", "cluster": "m2"}
+    member.api.request("PATCH", path, body={"data": {"a": "changed by hand"}},
+                       content_type="application/merge-patch+json")
+    eventually(20, lambda: member.api.get(path)["data"]["a"] == "1",
+               message="a hand edit undone")
+
+
+def test_an_unreachable_member_is_reported_and_the_others_stay_in_step(
+        cluster: TestCluster, members: dict[str, TestCluster], directory: Path,
+        teams: TeamSync) -> None:
+    create_team(cluster, "billing", config={"v": "1"})
+    eventually(60, lambda: ready(cluster, "billing", {"m1": "True", "m2": "True"}),
+               message="Ready on both members")
+    closed_port_kubeconfig(directory / "gone.yaml", members["m1"].kubeconfig)
+    try:
+        conditions = eventually(30, lambda: ready(
+            cluster, "billing", {"m1": "True", "m2": "True", "gone": "Unknown"}),
+            message="the unreachable member reported")
+        assert conditions["gone"]["reason"] == "Unreachable"
+        assert "cannot start on cluster gone" in conditions["gone"]["message"]
+        cluster.api.request("PATCH", f"{TEAMS}/billing", body={"spec": {"config": {"v": "2"}}},
+                            content_type="application/merge-patch+json")
+        for name, member in members.items():
+            eventually(20, lambda m=member: m.api.get(
+                "/api/v1/namespaces/team-billing/configmaps/team-config")["data"]["v"] == "2",
+                message=f"the edit on {name} with a member down")
+        eventually(20, lambda: ready(cluster, "billing",
+                                     {"m1": "True", "m2": "True", "gone": "Unknown"},
+                                     generation=2), message="generation 2 reported")
+    finally:
+        (directory / "gone.yaml").unlink()
+    eventually(20, lambda: ready(cluster, "billing", {"m1": "True", "m2": "True"},
+                                 generation=2), message="the entry of the cluster that left")
+
+
+def test_deleting_the_team_deletes_its_children_on_every_member(
+        cluster: TestCluster, members: dict[str, TestCluster], teams: TeamSync) -> None:
+    create_team(cluster, "archive", config={"k": "v"})
+    eventually(60, lambda: ready(cluster, "archive", {"m1": "True", "m2": "True"}),
+               message="Ready on both members")
+    cluster.api.request("DELETE", f"{TEAMS}/archive")
+    eventually(30, lambda: team(cluster, "archive") is None, message="the Team gone")
+    for name, member in members.items():
+        eventually(30, lambda m=member: child(m, "/api/v1/namespaces/team-archive") is None,
+                   message=f"the namespace deleted on {name}")
+        assert not member.api.get("/api/v1/configmaps",
+                                  labelSelector="fleet.operator-kit.io/hub-name=archive")[
+            "items"] or child(member, "/api/v1/namespaces/team-archive") is None
+
+
+def test_deletion_waits_for_an_unreachable_member_then_gives_up_saying_so(
+        cluster: TestCluster, members: dict[str, TestCluster], directory: Path,
+        teams: TeamSync) -> None:
+    create_team(cluster, "legacy")
+    eventually(60, lambda: ready(cluster, "legacy", {"m1": "True", "m2": "True"}),
+               message="Ready on both members")
+    closed_port_kubeconfig(directory / "gone.yaml", members["m1"].kubeconfig)
+    try:
+        eventually(30, lambda: ready(cluster, "legacy",
+                                     {"m1": "True", "m2": "True", "gone": "Unknown"}),
+                   message="the unreachable member reported")
+        deleted = time.monotonic()
+        cluster.api.request("DELETE", f"{TEAMS}/legacy")
+        for name, member in members.items():  # the reachable members clean up at once
+            eventually(30, lambda m=member: child(m, "/api/v1/namespaces/team-legacy")
+                       is None, message=f"the namespace deleted on {name}")
+        waiting = eventually(20, lambda: events(cluster, "legacy", "ChildrenNotDeleted"),
+                             message="the Warning naming the unreachable member")
+        assert "gone" in waiting[0]["note"]
+        assert team(cluster, "legacy") is not None  # the finalizer holds
+        eventually(60, lambda: team(cluster, "legacy") is None,
+                   message="the finalizer removed after orphan_after")
+        assert time.monotonic() - deleted >= teams.orphan_after - 1.0
+        orphaned = events(cluster, "legacy", "ChildrenOrphaned")
+        assert orphaned and "gone" in orphaned[0]["note"] and HUB_UID in orphaned[0]["note"]
+    finally:
+        (directory / "gone.yaml").unlink()
