@@ -190,7 +190,7 @@ class FanOut(Controller[R]):
                             "for the members' entries")
         self.attached: Fleet | None = None
         """The fleet it serves (set by `attach`)."""
-        self.hub: Api | None = None
+        self._hub_api: Callable[[], Api] | None = None
         self._lock = threading.Lock()
 
     def children(self, obj: R, cluster: str) -> Sequence[Any]:
@@ -200,10 +200,11 @@ class FanOut(Controller[R]):
 
     # -- wiring (Fleet.of and Member call these) ------------------------------------------
 
-    def attach(self, fleet: Fleet, hub: Api) -> None:
-        """Serve `fleet`, whose hub is reached through `hub` (`Fleet.of` calls this)."""
+    def attach(self, fleet: Fleet, hub: Callable[[], Api]) -> None:
+        """Serve `fleet`, whose hub `hub()` reaches (`Fleet.of` calls this with the
+        operator's Api, read when the first member starts)."""
         with self._lock:
-            self.attached, self.hub = fleet, hub
+            self.attached, self._hub_api = fleet, hub
 
     def hub_routes(self) -> dict[Resource, Api]:
         """What a member's `Informers` watch on the hub: this kind."""
@@ -219,10 +220,10 @@ class FanOut(Controller[R]):
                                 may_reconcile=may_reconcile, cluster=member.name)
 
     def _hub(self) -> Api:
-        if self.hub is None:
+        if self._hub_api is None:
             raise RuntimeError(f"{type(self).__name__} is not attached to a fleet: run it with "
                                "Fleet.of(operator, provider)")
-        return self.hub
+        return self._hub_api()
 
     # -- hub side ---------------------------------------------------------------------------
 

@@ -250,7 +250,7 @@ class Fleet:
                     watch_stall_timeout=operator.watch_stall_timeout, **options)
         for controller in controllers:  # a FanOut's hub side runs in the operator
             if isinstance(controller, FanOut):
-                controller.attach(fleet, operator.api)
+                controller.attach(fleet, lambda: operator.api)
         return fleet
 
     def members(self) -> dict[str, Member]:
