@@ -214,7 +214,7 @@ class FanOut(Controller[R]):
                       objects: Objects, recorder: EventRecorder, field_manager: str,
                       may_reconcile: Callable[[], bool]) -> ControllerRunner:
         """The member side's runner on `member` (its Api, informers, objects)."""
-        side = MemberSide(self, member.name, self._hub(), field_manager)
+        side = MemberSide(self, member.name, self._hub(), field_manager, informers)
         return ControllerRunner(side, api, field_manager=field_manager, recorder=recorder,
                                 stop=member.stop, informers=informers, objects=objects,
                                 may_reconcile=may_reconcile, cluster=member.name)
@@ -293,7 +293,7 @@ class MemberSide(Controller[Any]):
     the hub), the labelled children on the member as watched kinds."""
 
     def __init__(self, fanout: FanOut[Any], cluster: str, hub: Api,
-                 field_manager: str) -> None:
+                 field_manager: str, informers: Informers | None = None) -> None:
         self.resource = fanout.resource
         self.name = fanout.name
         self.label_selector = fanout.label_selector
@@ -310,6 +310,7 @@ class MemberSide(Controller[Any]):
         self.cluster = cluster
         self.hub = hub
         self.operator = field_manager
+        self.informers = informers
 
     def reconcile(self, obj: Any, ctx: Context) -> Action | None:
         """Apply `obj`'s children on this member, delete those no longer declared, and
@@ -320,7 +321,8 @@ class MemberSide(Controller[Any]):
         current = entries(obj, fanout.status_field).get(self.cluster)
         try:
             applied = apply_children(ctx, obj, fanout.children(obj, self.cluster))
-            pruned = prune_children(ctx, fanout.child_kinds, f"{HUB_UID}={obj.uid}", applied)
+            pruned = prune_children(ctx, fanout.child_kinds, f"{HUB_UID}={obj.uid}", applied,
+                                    self.informers)
         except Exception as err:
             entry = ready_entry(self.cluster, "False", "ApplyFailed", error_message(err),
                                 obj.generation, current)
@@ -328,9 +330,11 @@ class MemberSide(Controller[Any]):
                 write_entry(self.hub, obj, fanout.status_field, self.cluster, entry,
                             self.operator)
             raise
-        note = f"{len(applied)} children applied" + (
-            f", {len(pruned)} no longer declared deleted" if pruned else "")
-        entry = ready_entry(self.cluster, "True", "Applied", note, obj.generation, current)
+        if pruned:
+            ctx.log.info("%s: deleted on %s what %s %s no longer declares: %s", self.name,
+                         self.cluster, obj.kind, obj.name, ", ".join(pruned))
+        entry = ready_entry(self.cluster, "True", "Applied",
+                            f"{len(applied)} children applied", obj.generation, current)
         if not same_entry(current, entry):
             write_entry(self.hub, obj, fanout.status_field, self.cluster, entry,
                         self.operator)
@@ -359,22 +363,30 @@ def apply_children(ctx: Context, owner: CustomResource,
 
 
 def prune_children(ctx: Context, kinds: Sequence[KindSpec], selector: str,
-                   keep: set[tuple[str, str, str]]) -> list[str]:
-    """Delete the children of `kinds` matching `selector` that are not in `keep`."""
+                   keep: set[tuple[str, str, str]],
+                   informers: Informers | None = None) -> list[str]:
+    """Delete the children of `kinds` matching `selector` (``label=value``) that are not
+    in `keep`; read from the member's cache of labelled children when `informers` has it
+    synced (a child it still shows but that is gone already is skipped by the delete),
+    else listed from the API server."""
     gone: list[str] = []
+    label, _, value = selector.partition("=")
     for kind in kinds:
         spec = Kind.of(kind)
         resource = ctx.objects.resource(spec)
-        label, _, value = selector.partition("=")
-        for child in ctx.api.get(resource.path(), labelSelector=selector).get("items") or ():
+        cached = [i for i in (informers.of(resource) if informers is not None else ())
+                  if i.label_selector == label and i.synced.is_set()]
+        found = cached[0].objects() if cached else ctx.api.get(
+            resource.path(), labelSelector=selector).get("items") or ()
+        for child in found:
             meta = child.get("metadata") or {}
             name, namespace = str(meta.get("name")), str(meta.get("namespace") or "")
             if (meta.get("labels") or {}).get(label) != value or meta.get(
                     "deletionTimestamp") or (
                     f"{spec.api_version}/{spec.kind}", namespace, name) in keep:
                 continue
-            ctx.delete(spec, name, namespace or None)
-            gone.append(f"{spec.kind} {namespace + '/' if namespace else ''}{name}")
+            if ctx.delete(spec, name, namespace or None):
+                gone.append(f"{spec.kind} {namespace + '/' if namespace else ''}{name}")
     return gone
 
 

@@ -25,6 +25,7 @@ from operator_kit.fleet import Fleet, KubeconfigDirectory
 from operator_kit.fleet.fanout import HUB_UID, ready_entry, write_entry
 from operator_kit.localcluster import LocalCluster
 from operator_kit.testing import TestCluster, eventually
+from operator_kit.testing.faults import TcpProxy
 
 FLEET_ENV = "OPERATOR_KIT_TEST_FLEET_KUBECONFIGS"
 TEAMS = "/apis/example.com/v1/teams"
@@ -200,6 +201,22 @@ def test_an_edit_of_the_team_reaches_every_member(
                                  generation=2), message="Ready for generation 2")
 
 
+def test_children_no_longer_declared_are_deleted_on_every_member(
+        cluster: TestCluster, members: dict[str, TestCluster], teams: TeamSync) -> None:
+    create_team(cluster, "moving")
+    eventually(60, lambda: ready(cluster, "moving", {"m1": "True", "m2": "True"}),
+               message="Ready on both members")
+    cluster.api.request("PATCH", f"{TEAMS}/moving", body={"spec": {"namespace": "moved"}},
+                        content_type="application/merge-patch+json")
+    for name, member in members.items():
+        eventually(30, lambda m=member: child(m, "/api/v1/namespaces/moved/configmaps/"
+                                                 "team-config"), message=f"moved on {name}")
+        eventually(30, lambda m=member: child(m, "/api/v1/namespaces/team-moving") is None,
+                   message=f"the old namespace deleted on {name}")
+    eventually(30, lambda: ready(cluster, "moving", {"m1": "True", "m2": "True"},
+                                 generation=2), message="generation 2")
+
+
 def test_a_child_deleted_by_hand_on_a_member_is_put_back(
         cluster: TestCluster, members: dict[str, TestCluster], teams: TeamSync) -> None:
     create_team(cluster, "ledger", config={"a": "1"})
@@ -243,6 +260,46 @@ def test_an_unreachable_member_is_reported_and_the_others_stay_in_step(
         (directory / "gone.yaml").unlink()
     eventually(20, lambda: ready(cluster, "billing", {"m1": "True", "m2": "True"},
                                  generation=2), message="the entry of the cluster that left")
+
+
+def test_a_member_that_goes_down_while_running_is_reported_and_comes_back(
+        cluster: TestCluster, members: dict[str, TestCluster], directory: Path,
+        teams: TeamSync) -> None:
+    create_team(cluster, "audit", config={"v": "1"})
+    eventually(60, lambda: ready(cluster, "audit", {"m1": "True", "m2": "True"}),
+               message="Ready on both members")
+    direct = (directory / "m2.yaml").read_text()
+    server = direct.split("server:")[1].split()[0]
+    proxy = TcpProxy("127.0.0.1", int(server.rsplit(":", 1)[1]))
+    try:
+        fleet = teams.attached
+        assert fleet is not None
+        before = fleet.members()["m2"]
+        staged = directory.parent / ".m2.yaml"
+        staged.write_text(direct.replace(server, f"https://{proxy.address}"))
+        staged.rename(directory / "m2.yaml")  # m2 rejoins through the proxy
+        eventually(30, lambda: fleet.members().get("m2") not in (None, before)
+                   and fleet.members()["m2"].synced(), message="m2 through the proxy")
+        proxy.close()  # m2's API server unreachable from now on
+        conditions = eventually(40, lambda: ready(cluster, "audit",
+                                                  {"m1": "True", "m2": "Unknown"}),
+                                message="m2 reported unreachable")
+        assert conditions["m2"]["reason"] == "Unreachable"
+        assert "watches on cluster m2 have failed" in conditions["m2"]["message"]
+        cluster.api.request("PATCH", f"{TEAMS}/audit", body={"spec": {"config": {"v": "2"}}},
+                            content_type="application/merge-patch+json")
+        eventually(20, lambda: members["m1"].api.get(
+            "/api/v1/namespaces/team-audit/configmaps/team-config")["data"]["v"] == "2",
+            message="the edit on m1 while m2 is down")
+    finally:
+        proxy.close()
+        staged = directory.parent / ".m2.yaml"
+        staged.write_text(direct)
+        staged.rename(directory / "m2.yaml")
+    eventually(60, lambda: ready(cluster, "audit", {"m1": "True", "m2": "True"},
+                                 generation=2), message="m2 back and in step")
+    assert members["m2"].api.get(
+        "/api/v1/namespaces/team-audit/configmaps/team-config")["data"]["v"] == "2"
 
 
 def test_deleting_the_team_deletes_its_children_on_every_member(
