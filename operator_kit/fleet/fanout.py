@@ -47,6 +47,8 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
+from kubernetes.client.exceptions import ApiException
+
 from operator_kit.api.conditions import Conditions
 from operator_kit.api.kinds import Kind, KindSpec
 from operator_kit.api.resources import CustomResource
@@ -335,9 +337,22 @@ class MemberSide(Controller[Any]):
                          self.cluster, obj.kind, obj.name, ", ".join(pruned))
         entry = ready_entry(self.cluster, "True", "Applied",
                             f"{len(applied)} children applied", obj.generation, current)
-        if not same_entry(current, entry):
-            write_entry(self.hub, obj, fanout.status_field, self.cluster, entry,
-                        self.operator)
+        # The hub object as it is after the applies (the status write answers with it): if
+        # its deletion began meanwhile, the hub side's cleanup may have run before them.
+        try:
+            latest = write_entry(self.hub, obj, fanout.status_field, self.cluster, entry,
+                                 self.operator) if not same_entry(current, entry) else \
+                self.hub.get_or_none(resource_of(type(obj)).path(obj.namespace, obj.name))
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            latest = None
+        meta = (latest or {}).get("metadata") or {}
+        if meta.get("uid") != obj.uid or meta.get("deletionTimestamp"):
+            deleted = delete_children(ctx.api, fanout.child_kinds, f"{HUB_UID}={obj.uid}")
+            ctx.log.info("%s: %s %s was deleted while its children were applied on %s: "
+                         "deleted them again (%d)", self.name, obj.kind, obj.name,
+                         self.cluster, deleted)
         return None
 
 
@@ -404,24 +419,25 @@ def delete_children(api: Api, kinds: Sequence[KindSpec], selector: str) -> int:
             try:
                 api.request("DELETE", resource.path(meta.get("namespace"), meta["name"]))
                 deleted += 1
-            except Exception as err:
-                if getattr(err, "status", None) != 404:
+            except ApiException as err:
+                if err.status != 404:
                     raise
     return deleted
 
 
 def write_entry(api: Api, obj: CustomResource, field: str, cluster: str,
-                entry: Mapping[str, Any] | None, operator: str) -> None:
+                entry: Mapping[str, Any] | None, operator: str) -> Any:
     """Server-side apply `cluster`'s entry of ``status.<field>`` on the hub object `obj`
     as field manager ``<operator>@<cluster>`` (`status_manager`); None removes the entry
-    that manager wrote."""
+    that manager wrote. Returns the hub object as written."""
     meta: dict[str, Any] = {"name": obj.name}
     if obj.namespace:
         meta["namespace"] = obj.namespace
     body: dict[str, Any] = {"apiVersion": obj.api_version(), "kind": obj.kind,
                             "metadata": meta}
     body["status"] = {field: [dict(entry)]} if entry is not None else {}
-    api.apply(body, field_manager=status_manager(operator, cluster), subresource="status")
+    return api.apply(body, field_manager=status_manager(operator, cluster),
+                     subresource="status")
 
 
 def status_manager(operator: str, cluster: str) -> str:

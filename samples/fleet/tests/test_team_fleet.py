@@ -20,9 +20,10 @@ from typing import Any
 import pytest
 from team_operator import Team, TeamSpec, TeamSync
 
-from operator_kit import Operator
+from operator_kit import Context, Operator
+from operator_kit.client.events import EventRecorder
 from operator_kit.fleet import Fleet, KubeconfigDirectory
-from operator_kit.fleet.fanout import HUB_UID, ready_entry, write_entry
+from operator_kit.fleet.fanout import HUB_UID, MemberSide, ready_entry, write_entry
 from operator_kit.localcluster import LocalCluster
 from operator_kit.testing import TestCluster, eventually
 from operator_kit.testing.faults import TcpProxy
@@ -344,3 +345,25 @@ def test_deletion_waits_for_an_unreachable_member_then_gives_up_saying_so(
         assert orphaned and "gone" in orphaned[0]["note"] and HUB_UID in orphaned[0]["note"]
     finally:
         (directory / "gone.yaml").unlink()
+
+
+def test_children_applied_after_the_team_was_deleted_are_deleted_again(
+        cluster: TestCluster, members: dict[str, TestCluster], teams: TeamSync) -> None:
+    """A member's reconcile that read the Team before its deletion, and applied after
+    the hub side's cleanup ran: the status write (or read) after the applies sees the
+    Team gone and deletes what it applied."""
+    created = create_team(cluster, "late")
+    obj = Team.from_dict(created)
+    obj.metadata["finalizers"] = [TeamSync.finalizer]  # as that member read it
+    cluster.api.request("DELETE", f"{TEAMS}/late")
+    eventually(30, lambda: team(cluster, "late") is None, message="the Team gone")
+    member = members["m1"]
+    side = MemberSide(teams, "m1", cluster.api, "team-operator")
+    ctx = Context(member.api, field_manager="team-operator",
+                  recorder=EventRecorder(member.api, "team-operator"), controller="team@m1",
+                  cluster="m1")
+    assert side.reconcile(obj, ctx) is None
+    assert child(member, "/api/v1/namespaces/team-late") is None  # gone or terminating
+    assert member.api.get("/apis/rbac.authorization.k8s.io/v1/rolebindings",
+                          labelSelector=f"{HUB_UID}={obj.uid}")["items"] == [] or \
+        member.api.get("/api/v1/namespaces/team-late")["status"]["phase"] == "Terminating"
