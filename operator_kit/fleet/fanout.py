@@ -58,8 +58,9 @@ from operator_kit.client.transport import Api, Resource, error_message
 from operator_kit.runtime.context import Context
 from operator_kit.runtime.controller import Action, Controller, Watch
 from operator_kit.runtime.objects import Objects, encode, resource_of
+from operator_kit.runtime.own_writes import LastApplies
 from operator_kit.runtime.runner import ControllerRunner
-from operator_kit.runtime.watching import Informers
+from operator_kit.runtime.watching import Informer, Informers
 
 if TYPE_CHECKING:
     from operator_kit.fleet.supervisor import Fleet, Member
@@ -313,6 +314,9 @@ class MemberSide(Controller[Any]):
         self.hub = hub
         self.operator = field_manager
         self.informers = informers
+        self.last_applies = LastApplies()
+        """What this member last applied to each child (skips applies that cannot
+        change anything)."""
 
     def reconcile(self, obj: Any, ctx: Context) -> Action | None:
         """Apply `obj`'s children on this member, delete those no longer declared, and
@@ -322,7 +326,8 @@ class MemberSide(Controller[Any]):
             return None  # the hub side adds it first; that change queues obj again
         current = entries(obj, fanout.status_field).get(self.cluster)
         try:
-            applied = apply_children(ctx, obj, fanout.children(obj, self.cluster))
+            applied = apply_children(ctx, obj, fanout.children(obj, self.cluster),
+                                     self.last_applies, self.informers)
             pruned = prune_children(ctx, fanout.child_kinds, f"{HUB_UID}={obj.uid}", applied,
                                     self.informers)
         except Exception as err:
@@ -360,10 +365,13 @@ def _map_to_hub(child: Mapping[str, Any], objects: Objects) -> list[tuple[str, s
     return hub_key(child)
 
 
-def apply_children(ctx: Context, owner: CustomResource,
-                   children: Sequence[Any]) -> set[tuple[str, str, str]]:
+def apply_children(ctx: Context, owner: CustomResource, children: Sequence[Any],
+                   last: LastApplies | None = None,
+                   informers: Informers | None = None) -> set[tuple[str, str, str]]:
     """Server-side apply each child (labelled with `owner`) through `ctx`; the
-    (apiVersion/kind, namespace, name) of each."""
+    (apiVersion/kind, namespace, name) of each. With `last` and `informers`, a child whose
+    cached resourceVersion is still the one the last apply of the same body left is not
+    applied again (`LastApplies`: nobody changed it since, so the apply could not)."""
     done: set[tuple[str, str, str]] = set()
     labels = child_labels(owner)
     for child in children:
@@ -371,10 +379,26 @@ def apply_children(ctx: Context, owner: CustomResource,
         meta = dict(body.get("metadata") or {})
         meta["labels"] = {**(meta.get("labels") or {}), **labels}
         body["metadata"] = meta
-        ctx.apply(body)
-        done.add((f"{spec.api_version}/{spec.kind}", str(meta.get("namespace") or ""),
-                  str(meta["name"])))
+        namespace, name = str(meta.get("namespace") or ""), str(meta["name"])
+        done.add((f"{spec.api_version}/{spec.kind}", namespace, name))
+        if last is not None:
+            cache = labelled_cache(informers, ctx.objects.resource(spec))
+            current = cache.get((namespace, name)) if cache is not None else None
+            if current is not None and last.unchanged(
+                    body, (current.get("metadata") or {}).get("resourceVersion")):
+                continue
+        applied = ctx.apply(body)
+        if last is not None:
+            last.remember(body, applied)
     return done
+
+
+def labelled_cache(informers: Informers | None, resource: Resource) -> Informer | None:
+    """The member's synced cache of `resource`'s children (those with a `HUB_UID`
+    label), or None."""
+    found = [i for i in (informers.of(resource) if informers is not None else ())
+             if i.label_selector == HUB_UID and i.synced.is_set()]
+    return found[0] if found else None
 
 
 def prune_children(ctx: Context, kinds: Sequence[KindSpec], selector: str,
@@ -389,9 +413,8 @@ def prune_children(ctx: Context, kinds: Sequence[KindSpec], selector: str,
     for kind in kinds:
         spec = Kind.of(kind)
         resource = ctx.objects.resource(spec)
-        cached = [i for i in (informers.of(resource) if informers is not None else ())
-                  if i.label_selector == label and i.synced.is_set()]
-        found = cached[0].objects() if cached else ctx.api.get(
+        cache = labelled_cache(informers, resource) if label == HUB_UID else None
+        found = cache.objects() if cache is not None else ctx.api.get(
             resource.path(), labelSelector=selector).get("items") or ()
         for child in found:
             meta = child.get("metadata") or {}
