@@ -10,7 +10,7 @@ import pytest
 from kubernetes.client import ApiClient
 
 from operator_kit import CustomResource, Operator
-from operator_kit.fleet import ClusterStatuses, FanOut, Fleet, StaticClusters
+from operator_kit.fleet import Cluster, ClusterStatuses, FanOut, Fleet, Member, StaticClusters
 from operator_kit.fleet.fanout import (
     HUB_KIND,
     HUB_NAME,
@@ -19,6 +19,7 @@ from operator_kit.fleet.fanout import (
     child_labels,
     entries,
     hub_key,
+    member_problem,
     ready_entry,
     same_entry,
     status_manager,
@@ -169,3 +170,12 @@ def test_a_fan_out_runs_on_the_hub_and_is_attached_to_the_fleet_of_its_operator(
     assert controller.attached is fleet
     operator.use(ApiClient())
     assert controller.hub_routes() == {resource_of(Crew): operator.api}
+
+
+def test_a_member_not_started_yet_is_reported_as_such() -> None:
+    member = Member(Cluster("east", "/nonexistent/kubeconfig"), [CrewSync()],
+                    field_manager="crew-operator", may_reconcile=lambda: True,
+                    shutdown_timeout=1.0, watch_stall_timeout=1.0)
+    assert member_problem(member) == "not started yet"
+    member.problem = None  # as if its controllers ran, before its informers exist
+    assert member_problem(member) == "not started yet"
