@@ -51,8 +51,10 @@ from kubernetes.client.exceptions import ApiException
 
 from operator_kit.api.conditions import Conditions
 from operator_kit.api.kinds import Kind, KindSpec
+from operator_kit.api.rbac import Rule, merge_rules
 from operator_kit.api.resources import CustomResource
 from operator_kit.api.validation import ListType
+from operator_kit.client.events import RULE as EVENTS_RULE
 from operator_kit.client.events import EventRecorder
 from operator_kit.client.transport import Api, Resource, error_message
 from operator_kit.runtime.context import Context
@@ -222,6 +224,21 @@ class FanOut(Controller[R]):
                                 stop=member.stop, informers=informers, objects=objects,
                                 may_reconcile=may_reconcile, cluster=member.name)
 
+    def member_rules(self) -> list[Rule]:
+        """The RBAC rules the operator needs on each member cluster: the child kinds
+        (applied, watched, pruned), Events, and ``bind`` on roles and cluster roles when
+        a child is a RoleBinding or ClusterRoleBinding (Kubernetes refuses a binding that
+        grants more than its creator holds, unless it may ``bind`` the role). The hub
+        kind is not needed there: it is read and written on the hub."""
+        rules = [Rule([kind.group], [kind.resource_name],
+                      ["get", "list", "watch", "create", "patch", "delete"])
+                 for kind in (Kind.of(k) for k in self.child_kinds)]
+        if any(Kind.of(k).group == "rbac.authorization.k8s.io" and Kind.of(k).kind in (
+                "RoleBinding", "ClusterRoleBinding") for k in self.child_kinds):
+            rules.append(Rule(["rbac.authorization.k8s.io"], ["clusterroles", "roles"],
+                              ["bind"]))
+        return merge_rules([*rules, EVENTS_RULE])
+
     def _hub(self) -> Api:
         if self._hub_api is None:
             raise RuntimeError(f"{type(self).__name__} is not attached to a fleet: run it with "
@@ -317,6 +334,10 @@ class MemberSide(Controller[Any]):
         self.last_applies = LastApplies()
         """What this member last applied to each child (skips applies that cannot
         change anything)."""
+
+    def required_rules(self) -> list[Rule]:
+        """What it needs on the member: `FanOut.member_rules`."""
+        return self.fanout.member_rules()
 
     def reconcile(self, obj: Any, ctx: Context) -> Action | None:
         """Apply `obj`'s children on this member, delete those no longer declared, and

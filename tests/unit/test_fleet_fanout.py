@@ -179,3 +179,20 @@ def test_a_member_not_started_yet_is_reported_as_such() -> None:
     assert member_problem(member) == "not started yet"
     member.problem = None  # as if its controllers ran, before its informers exist
     assert member_problem(member) == "not started yet"
+
+
+def test_the_member_rules_cover_the_children_and_binding_roles() -> None:
+    class TeamLike(CrewSync):
+        child_kinds = ("v1/Namespace", "v1/ConfigMap",
+                       "rbac.authorization.k8s.io/v1/RoleBinding")
+
+    rules = {(tuple(r.api_groups), tuple(r.resources)): set(r.verbs)
+             for r in TeamLike().member_rules()}
+    writes = {"get", "list", "watch", "create", "patch", "delete"}
+    assert rules[("",), ("configmaps",)] == writes
+    assert rules[("",), ("namespaces",)] == writes
+    assert rules[("rbac.authorization.k8s.io",), ("rolebindings",)] == writes
+    assert rules[("rbac.authorization.k8s.io",), ("clusterroles",)] == {"bind"}
+    assert not any("crews" in resources for _, resources in rules)  # the hub kind: hub only
+    assert all(r.api_groups != ["rbac.authorization.k8s.io"]
+               for r in CrewSync().member_rules())  # no binding among its children

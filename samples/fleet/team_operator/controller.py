@@ -17,6 +17,7 @@ from operator_kit.fleet import FanOut
 from team_operator.resources import Team
 
 
+# --8<-- [start:controller]
 def namespace_of(team: Team) -> str:
     """The namespace `team` has on every member cluster."""
     return team.spec.namespace or f"team-{team.name}"
@@ -43,3 +44,4 @@ class TeamSync(FanOut[Team]):
              "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
                            "name": member} for member in team.spec.members]},
         ]
+# --8<-- [end:controller]

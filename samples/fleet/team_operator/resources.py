@@ -14,6 +14,7 @@ from operator_kit import CustomResource, PrinterColumn
 from operator_kit.fleet import ClusterStatuses
 
 
+# --8<-- [start:resources]
 @dataclass
 class TeamSpec:
     """Who is in the team, what they may do, and their settings."""
@@ -49,3 +50,4 @@ class Team(CustomResource):
     )
     spec: TeamSpec
     status: TeamStatus
+# --8<-- [end:resources]

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from kubernetes.client.exceptions import ApiException
 from team_operator import Team, TeamSpec, TeamSync
 
 from operator_kit import Context, Operator
@@ -367,3 +369,77 @@ def test_children_applied_after_the_team_was_deleted_are_deleted_again(
     assert member.api.get("/apis/rbac.authorization.k8s.io/v1/rolebindings",
                           labelSelector=f"{HUB_UID}={obj.uid}")["items"] == [] or \
         member.api.get("/api/v1/namespaces/team-late")["status"]["phase"] == "Terminating"
+
+
+def service_account_kubeconfig(member: TestCluster, namespace: str, path: Path) -> None:
+    """A kubeconfig for ServiceAccount `namespace`/team-operator on `member`."""
+    answer = member.api.request(
+        "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/team-operator/token",
+        body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+              "spec": {"expirationSeconds": 3600}})
+    admin = yaml.safe_load(Path(member.kubeconfig).read_text())
+    cluster = admin["clusters"][0]["cluster"]
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "sa",
+        "clusters": [{"name": "member", "cluster": cluster}],
+        "users": [{"name": "sa", "user": {"token": answer["status"]["token"]}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "member", "user": "sa"}}]}))
+
+
+def test_a_member_needs_only_the_member_rules(
+        cluster: TestCluster, members: dict[str, TestCluster], directory: Path,
+        teams: TeamSync) -> None:
+    """m1 is reached as a ServiceAccount bound to `TeamSync.member_rules()` alone."""
+    member = members["m1"]
+    space = member.namespace("team-operator")
+    role = f"team-operator-member-{space.name}"
+    direct = (directory / "m1.yaml").read_text()
+    fleet = teams.attached
+    assert fleet is not None
+    try:
+        member.api.request("POST", f"/api/v1/namespaces/{space.name}/serviceaccounts",
+                           body={"metadata": {"name": "team-operator"}})
+        member.api.request("POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles", body={
+            "metadata": {"name": role},
+            "rules": [rule.to_dict() for rule in teams.member_rules()]})
+        member.api.request("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+                           body={"metadata": {"name": role}, "roleRef": {
+                               "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                               "name": role}, "subjects": [{
+                                   "kind": "ServiceAccount", "name": "team-operator",
+                                   "namespace": space.name}]})
+        # The role the Team grants: rules the ServiceAccount does not hold itself, so only
+        # `bind` lets it make the RoleBinding (escalation prevention).
+        member.api.request("POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles", body={
+            "metadata": {"name": f"{role}-granted"},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]})
+        before = fleet.members()["m1"]
+        staged = directory.parent / ".m1.yaml"
+        service_account_kubeconfig(member, space.name, staged)
+        limited = TestCluster(str(staged))
+        with pytest.raises(ApiException) as refused:  # the identity is limited indeed
+            limited.api.get("/api/v1/secrets")
+        assert refused.value.status == 403
+        staged.rename(directory / "m1.yaml")
+        eventually(30, lambda: fleet.members().get("m1") not in (None, before)
+                   and fleet.members()["m1"].synced(), message="m1 as the ServiceAccount")
+        create_team(cluster, "least", members=["eve"], role=f"{role}-granted")
+        eventually(60, lambda: ready(cluster, "least", {"m1": "True", "m2": "True"}),
+                   message="Ready on m1 with the member rules only")
+        assert member.api.get("/apis/rbac.authorization.k8s.io/v1/namespaces/team-least/"
+                              "rolebindings/team-members")["roleRef"]["name"] == f"{role}-granted"
+        cluster.api.request("DELETE", f"{TEAMS}/least")
+        eventually(30, lambda: team(cluster, "least") is None, message="the Team gone")
+        assert child(member, "/api/v1/namespaces/team-least") is None
+    finally:
+        staged = directory.parent / ".m1.yaml"
+        staged.write_text(direct)
+        staged.rename(directory / "m1.yaml")
+        for path in (f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{role}",
+                     f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{role}",
+                     f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{role}-granted"):
+            if member.api.get_or_none(path) is not None:
+                member.api.request("DELETE", path)
+        space.delete()
+    eventually(30, lambda: fleet.members().get("m1") is not None
+               and fleet.members()["m1"].synced(), message="m1 back as the admin")
