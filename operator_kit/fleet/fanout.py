@@ -139,6 +139,24 @@ def same_entry(a: Mapping[str, Any] | None, b: Mapping[str, Any]) -> bool:
     return a is not None and a.get("conditions") == b.get("conditions")
 
 
+def unreachable_already(entry: Mapping[str, Any] | None, generation: int | None) -> bool:
+    """Whether `entry` says Unreachable for this `generation` already (its member, or the
+    hub side, said why: the message is not rewritten while the member stays down)."""
+    ready = _ready(entry)
+    return ready is not None and ready.get("reason") == "Unreachable" and ready.get(
+        "status") == "Unknown" and ready.get("observedGeneration") == generation
+
+
+def _ready(entry: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    return next((c for c in (entry or {}).get("conditions") or ()
+                 if c.get("type") == "Ready"), None)
+
+
+def _reason(entry: Mapping[str, Any] | None) -> str | None:
+    ready = _ready(entry)
+    return None if ready is None else ready.get("reason")
+
+
 def entries(obj: CustomResource, field: str) -> dict[str, dict[str, Any]]:
     """The hub object's per-cluster entries as it was read, by cluster name."""
     status = obj.status_as_read() or {}
@@ -258,17 +276,27 @@ class FanOut(Controller[R]):
         current = entries(obj, self.status_field)
         for name, member in sorted(members.items()):
             problem = member_problem(member)
-            if problem is None:
-                continue  # the member's own workers write its entry
+            if problem is None:  # the member's own workers write its entry
+                if _reason(current.get(name)) == "Unreachable":
+                    self._requeue_on(member, obj)  # back: have its workers say so
+                continue
             entry = ready_entry(name, "Unknown", "Unreachable", problem, obj.generation,
                                 current.get(name))
-            if not same_entry(current.get(name), entry):
+            if not same_entry(current.get(name), entry) and not unreachable_already(
+                    current.get(name), obj.generation):
                 write_entry(ctx.api, obj, self.status_field, name, entry, ctx.field_manager)
         for name in sorted(set(current) - set(members)):
             write_entry(ctx.api, obj, self.status_field, name, None, ctx.field_manager)
             ctx.log.info("%s: cluster %s left the fleet: its status entry removed",
                          self.name, name)
         return Action.requeue(self.status_interval)
+
+    def _requeue_on(self, member: Member, obj: R) -> None:
+        """Queue `obj` on `member`'s own runner of this controller."""
+        for runner in member.runners:
+            side = runner.controller
+            if isinstance(side, MemberSide) and side.fanout is self:
+                runner.enqueue((obj.namespace or "", obj.name))
 
     def cleanup(self, obj: R, ctx: Context) -> None:
         """The hub side's deletion: delete `obj`'s children on every member."""
@@ -352,8 +380,12 @@ class MemberSide(Controller[Any]):
             pruned = prune_children(ctx, fanout.child_kinds, f"{HUB_UID}={obj.uid}", applied,
                                     self.informers)
         except Exception as err:
-            entry = ready_entry(self.cluster, "False", "ApplyFailed", error_message(err),
-                                obj.generation, current)
+            # Refused by the member's API server: ApplyFailed. Not answered at all (a
+            # connection error): Unreachable, as the hub side says it.
+            refused = isinstance(err, ApiException) and err.status
+            entry = ready_entry(self.cluster, "False" if refused else "Unknown",
+                                "ApplyFailed" if refused else "Unreachable",
+                                error_message(err), obj.generation, current)
             if not same_entry(current, entry):
                 write_entry(self.hub, obj, fanout.status_field, self.cluster, entry,
                             self.operator)

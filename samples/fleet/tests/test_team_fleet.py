@@ -1,15 +1,11 @@
 """The Team fleet against real API servers: a hub plane and two member planes.
 
-The hub is OPERATOR_KIT_TEST_KUBECONFIG; the members are the kubeconfigs named in
-OPERATOR_KIT_TEST_FLEET_KUBECONFIGS (``a:b``), or two local planes started for the
-module and stopped after it. A third member, ``gone``, is a kubeconfig whose server
-port nothing listens on: an unreachable cluster.
+The hub and the members m1, m2 come from conftest.py. A third member, ``gone``, is a
+kubeconfig whose server port nothing listens on: an unreachable cluster.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import socket
 import threading
 import time
@@ -20,54 +16,25 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
+from team_fleet_helpers import settle
 from team_operator import Team, TeamSpec, TeamSync
 
 from operator_kit import Context, Operator
 from operator_kit.client.events import EventRecorder
 from operator_kit.fleet import Fleet, KubeconfigDirectory
 from operator_kit.fleet.fanout import HUB_UID, MemberSide, ready_entry, write_entry
-from operator_kit.localcluster import LocalCluster
 from operator_kit.testing import TestCluster, eventually
 from operator_kit.testing.faults import TcpProxy
 
-FLEET_ENV = "OPERATOR_KIT_TEST_FLEET_KUBECONFIGS"
 TEAMS = "/apis/example.com/v1/teams"
 
 
 @pytest.fixture(scope="module")
-def members(cluster: TestCluster, tmp_path_factory: pytest.TempPathFactory,
-            ) -> Iterator[dict[str, TestCluster]]:
-    """Two member clusters, by name (m1, m2)."""
-    planes: list[LocalCluster] = []
-    named = [p for p in os.environ.get(FLEET_ENV, "").split(os.pathsep) if p]
-    try:
-        if not named:
-            for i in range(2):
-                plane = LocalCluster(tmp_path_factory.mktemp(f"team-plane-{i}"))
-                planes.append(plane)
-                named.append(str(plane.up()))
-        yield {f"m{i + 1}": TestCluster(path) for i, path in enumerate(named[:2])}
-    finally:
-        for plane in planes:
-            plane.down()
-
-
-@pytest.fixture(scope="module")
-def directory(tmp_path_factory: pytest.TempPathFactory,
-              members: dict[str, TestCluster]) -> Path:
-    folder = tmp_path_factory.mktemp("team-fleet") / "clusters"
-    folder.mkdir()
-    for name, member in members.items():
-        staged = folder.parent / f".{name}.yaml"
-        shutil.copy(member.kubeconfig, staged)
-        staged.rename(folder / f"{name}.yaml")
-    return folder
-
-
-@pytest.fixture(scope="module")
-def teams(cluster: TestCluster, directory: Path) -> Iterator[TeamSync]:
+def teams(cluster: TestCluster, members: dict[str, TestCluster],
+          directory: Path) -> Iterator[TeamSync]:
     """The hub operator and its fleet running; the controller."""
     cluster.install_crd(Team)
+    settle(members)  # an earlier run's namespaces, still terminating
     controller = TeamSync()
     controller.status_interval = 1.0
     controller.orphan_after = 6.0
@@ -82,6 +49,7 @@ def teams(cluster: TestCluster, directory: Path) -> Iterator[TeamSync]:
             cluster.api.request("DELETE", f"{TEAMS}/{team['metadata']['name']}")
         eventually(60, lambda: not cluster.api.get(TEAMS)["items"],
                    message="every test Team finalized")
+        settle(members)
     finally:
         operator.stop()
         fleet.stop()
@@ -287,8 +255,10 @@ def test_a_member_that_goes_down_while_running_is_reported_and_comes_back(
         conditions = eventually(40, lambda: ready(cluster, "audit",
                                                   {"m1": "True", "m2": "Unknown"}),
                                 message="m2 reported unreachable")
-        assert conditions["m2"]["reason"] == "Unreachable"
-        assert "watches on cluster m2 have failed" in conditions["m2"]["message"]
+        assert conditions["m2"]["reason"] == "Unreachable"  # by the hub side, or by m2's
+        # own workers when a reconcile's request found no server
+        assert "watches on cluster m2 have failed" in conditions["m2"]["message"] or (
+            "Connection refused" in conditions["m2"]["message"]), conditions["m2"]
         cluster.api.request("PATCH", f"{TEAMS}/audit", body={"spec": {"config": {"v": "2"}}},
                             content_type="application/merge-patch+json")
         eventually(20, lambda: members["m1"].api.get(
@@ -303,6 +273,20 @@ def test_a_member_that_goes_down_while_running_is_reported_and_comes_back(
                                  generation=2), message="m2 back and in step")
     assert members["m2"].api.get(
         "/api/v1/namespaces/team-audit/configmaps/team-config")["data"]["v"] == "2"
+
+
+def test_a_member_reported_unreachable_that_answers_again_says_ready_again(
+        cluster: TestCluster, members: dict[str, TestCluster], teams: TeamSync) -> None:
+    """Its API server back without the member rejoining (no change to reconcile): the
+    hub side queues the Team on that member, whose workers write Ready again."""
+    created = create_team(cluster, "blip")
+    eventually(60, lambda: ready(cluster, "blip", {"m1": "True", "m2": "True"}),
+               message="Ready on both members")
+    write_entry(cluster.api, Team.from_dict(created), "clusters", "m1", ready_entry(
+        "m1", "Unknown", "Unreachable", "as if m1 had been down", 1, None), "team-operator")
+    conditions = eventually(20, lambda: ready(cluster, "blip", {"m1": "True", "m2": "True"}),
+                            message="m1 Ready again")
+    assert conditions["m1"]["reason"] == "Applied"
 
 
 def test_deleting_the_team_deletes_its_children_on_every_member(
