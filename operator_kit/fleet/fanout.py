@@ -19,9 +19,14 @@ The two sides, both built from the one controller object:
   queue only; its reconcile server-side applies the children on the member (``ctx`` is
   the member's, ``ctx.cluster`` its name), deletes the labelled children no longer
   declared, and writes the member's entry of ``status.clusters`` on the hub.
-- **hub side** (the operator's own runner: ``fleet`` stays False): adds `finalizer`,
-  writes an ``Unreachable`` entry for members that cannot be reached, removes the entries
-  of clusters that left, and on deletion deletes the children on every member.
+  A member reconcile skips an object without the finalizer yet, applies nothing to one
+  being deleted, skips applies that cannot change a child (`LastApplies`), and after its
+  applies looks at the hub object once more: deleted meanwhile, it deletes them again.
+- **hub side** (the operator's own runner: ``fleet`` stays False), every
+  ``status_interval``: adds `finalizer`, writes an ``Unreachable`` entry for members that
+  cannot be reached (`member_problem`), queues the object on a member that answers again,
+  removes the entries of clusters that left, and on deletion deletes the children on
+  every member.
 
 Per-cluster status without lost updates: ``status.clusters`` is a list-map keyed by
 ``name`` (`ClusterStatuses`), and each cluster's entry is written by server-side apply
