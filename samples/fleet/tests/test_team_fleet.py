@@ -6,6 +6,7 @@ kubeconfig whose server port nothing listens on: an unreachable cluster.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -233,24 +234,36 @@ def test_an_unreachable_member_is_reported_and_the_others_stay_in_step(
                                  generation=2), message="the entry of the cluster that left")
 
 
+@contextlib.contextmanager
+def through_proxy(directory: Path, teams: TeamSync, name: str) -> Iterator[TcpProxy]:
+    """Member `name` rejoined through a `TcpProxy` the test controls; afterwards it
+    rejoins directly again."""
+    direct = (directory / f"{name}.yaml").read_text()
+    server = direct.split("server:")[1].split()[0]
+    proxy = TcpProxy("127.0.0.1", int(server.rsplit(":", 1)[1]))
+    fleet = teams.attached
+    assert fleet is not None
+    staged = directory.parent / f".{name}.yaml"
+    try:
+        before = fleet.members()[name]
+        staged.write_text(direct.replace(server, f"https://{proxy.address}"))
+        staged.rename(directory / f"{name}.yaml")
+        eventually(30, lambda: fleet.members().get(name) not in (None, before)
+                   and fleet.members()[name].synced(), message=f"{name} through the proxy")
+        yield proxy
+    finally:
+        proxy.close()
+        staged.write_text(direct)
+        staged.rename(directory / f"{name}.yaml")
+
+
 def test_a_member_that_goes_down_while_running_is_reported_and_comes_back(
         cluster: TestCluster, members: dict[str, TestCluster], directory: Path,
         teams: TeamSync) -> None:
     create_team(cluster, "audit", config={"v": "1"})
     eventually(60, lambda: ready(cluster, "audit", {"m1": "True", "m2": "True"}),
                message="Ready on both members")
-    direct = (directory / "m2.yaml").read_text()
-    server = direct.split("server:")[1].split()[0]
-    proxy = TcpProxy("127.0.0.1", int(server.rsplit(":", 1)[1]))
-    try:
-        fleet = teams.attached
-        assert fleet is not None
-        before = fleet.members()["m2"]
-        staged = directory.parent / ".m2.yaml"
-        staged.write_text(direct.replace(server, f"https://{proxy.address}"))
-        staged.rename(directory / "m2.yaml")  # m2 rejoins through the proxy
-        eventually(30, lambda: fleet.members().get("m2") not in (None, before)
-                   and fleet.members()["m2"].synced(), message="m2 through the proxy")
+    with through_proxy(directory, teams, "m2") as proxy:
         proxy.close()  # m2's API server unreachable from now on
         conditions = eventually(40, lambda: ready(cluster, "audit",
                                                   {"m1": "True", "m2": "Unknown"}),
@@ -263,11 +276,6 @@ def test_a_member_that_goes_down_while_running_is_reported_and_comes_back(
         eventually(20, lambda: members["m1"].api.get(
             "/api/v1/namespaces/team-audit/configmaps/team-config")["data"]["v"] == "2",
             message="the edit on m1 while m2 is down")
-    finally:
-        proxy.close()
-        staged = directory.parent / ".m2.yaml"
-        staged.write_text(direct)
-        staged.rename(directory / "m2.yaml")
     eventually(60, lambda: ready(cluster, "audit", {"m1": "True", "m2": "True"},
                                  generation=2), message="m2 back and in step")
     assert members["m2"].api.get(
