@@ -43,6 +43,7 @@ from operator_kit import metrics
 from operator_kit.client.events import EventRecorder
 from operator_kit.client.fencing import FencedApi, Refusal
 from operator_kit.client.transport import Api, error_message
+from operator_kit.fleet.fanout import FanOut
 from operator_kit.fleet.providers import Cluster, ClusterProvider
 from operator_kit.fleet.sharding import ClusterShards
 from operator_kit.runtime.controller import Controller
@@ -173,18 +174,24 @@ class Member:
         workers = sum(c.max_concurrent_reconciles for c in self.controllers)
         watches = sum(1 + len(c.owns) + len(c.watches) for c in self.controllers)
         self._api = api = Api(self.cluster.api_client(pool_size=max(8, workers + watches + 4)))
+        fan_outs = [c for c in self.controllers if isinstance(c, FanOut)]
+        hub = {r: a for c in fan_outs for r, a in c.hub_routes().items()}  # fanout.py
         informers = Informers(api, self.stop, stall_timeout=self.watch_stall_timeout,
-                              cluster=self.name)
+                              cluster=self.name, elsewhere=hub)
         # Writes through a fence; Events, as a sharded hub's, are not fenced (one late
         # Event is harmless, and a refused one would fail the reconcile's error path).
         writer = api if self.fence is None else FencedApi(api, self.fence)
         recorder = EventRecorder(api, self.field_manager)
         objects = Objects(writer, informers, field_manager=self.field_manager)
-        runners = [ControllerRunner(controller, writer, field_manager=self.field_manager,
-                                    recorder=recorder, stop=self.stop, informers=informers,
-                                    objects=objects, may_reconcile=self.may_reconcile,
-                                    cluster=self.name)
-                   for controller in self.controllers]
+        runners = [controller.member_runner(
+            self, writer, informers=informers, objects=objects, recorder=recorder,
+            field_manager=self.field_manager, may_reconcile=self.may_reconcile)
+            if isinstance(controller, FanOut) else
+            ControllerRunner(controller, writer, field_manager=self.field_manager,
+                             recorder=recorder, stop=self.stop, informers=informers,
+                             objects=objects, may_reconcile=self.may_reconcile,
+                             cluster=self.name)
+            for controller in self.controllers]
         self.informers, self.runners = informers, runners
 
     def _shut_down(self) -> None:
@@ -258,11 +265,13 @@ class Fleet:
 
         A provider with a ``bind`` method (`KubeconfigSecrets`) is bound to the
         operator's Api, and the operator's ``fleet`` is set to the fleet, so that its
-        manifests grant what the provider reads in the hub (`HubAccess`)."""
-        controllers = [c for c in operator.controllers if c.fleet]
+        manifests grant what the provider reads in the hub (`HubAccess`). A `FanOut`'s
+        hub side runs in the operator, its member side on each member."""
+        controllers = [c for c in operator.controllers if c.fleet or isinstance(c, FanOut)]
         if not controllers:
             raise ValueError(f"operator {operator.name} has no fleet controllers: set "
-                             "`fleet = True` on the controllers to run on member clusters")
+                             "`fleet = True` on the controllers to run on member clusters, "
+                             "or subclass operator_kit.fleet.FanOut")
         bind = getattr(provider, "bind", None)
         if bind is not None:  # a provider that reads the hub reads it as the operator does
             bind(lambda: operator.api)
@@ -274,6 +283,9 @@ class Fleet:
                     shutdown_timeout=operator.shutdown_timeout,
                     watch_stall_timeout=operator.watch_stall_timeout, **options)
         operator.fleet = fleet  # its manifests grant what the provider reads in the hub
+        for controller in controllers:
+            if isinstance(controller, FanOut):
+                controller.attach(fleet, lambda: operator.api)
         return fleet
 
     def members(self) -> dict[str, Member]:

@@ -12,8 +12,9 @@ run on the hub. So its RBAC is split:
   provider)` tells the operator its fleet; an operator without one gets nothing here.
 - each member's (`fleet_member_manifests`, ``python -m operator_kit.manifests APP
   --fleet-member``): the Namespace, the CRDs of the kinds the fleet controllers
-  reconcile, own or watch there, a ServiceAccount with a ClusterRole derived from the
-  fleet controllers only (`Controller.required_rules`, as the hub's is from its own), and
+  reconcile, own or watch there (and a `FanOut`'s child kinds), a ServiceAccount with a
+  ClusterRole derived from the fleet controllers only (`Controller.required_rules`, as
+  the hub's is from its own; a `FanOut`'s `member_rules`), and
   a ``kubernetes.io/service-account-token`` Secret ``<operator>-fleet-token`` whose token
   and ``ca.crt`` go into the kubeconfig the hub is given for that member. No Deployment,
   Service, webhooks or Lease: the operator runs in the hub.
@@ -23,8 +24,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from operator_kit.api.kinds import Kind
 from operator_kit.api.rbac import merge_rules
 from operator_kit.api.resources import CustomResource
+from operator_kit.fleet.fanout import FanOut
 from operator_kit.fleet.providers import HubAccess
 from operator_kit.manifests._crd import crd
 from operator_kit.manifests._labels import RecommendedLabels, labelled
@@ -66,17 +69,20 @@ def fleet_member_manifests(operator: Operator, *, namespace: str,
     """The documents to apply on each member cluster of `operator`'s fleet, labelled like
     the operator's own; a `ValueError` when it has no fleet controller."""
     fleet = [c for c in operator.controllers if c.fleet]
-    if not fleet:
+    fan_outs = [c for c in operator.controllers if isinstance(c, FanOut)]
+    if not fleet and not fan_outs:
         raise ValueError(f"operator {operator.name} has no fleet controller (a Controller "
-                         "with fleet = True), so nothing of it runs on member clusters; "
-                         "leave out --fleet-member")
-    kinds: dict[str, type[CustomResource]] = {}
+                         "with fleet = True, or a FanOut), so nothing of it runs on member "
+                         "clusters; leave out --fleet-member")
+    candidates: list[type[CustomResource] | None] = []
     for controller in fleet:
-        candidates = [controller.resource]
-        candidates += [k.custom_resource for k in (*controller.owned_kinds(),
-                                                   *controller.watched_kinds())
-                       if k.custom_resource is not None]
-        for candidate in candidates:
+        candidates += [controller.resource, *(k.custom_resource for k in (
+            *controller.owned_kinds(), *controller.watched_kinds()))]
+    for fan_out in fan_outs:  # its children's kinds; its own kind stays on the hub
+        candidates += [Kind.of(k).custom_resource for k in fan_out.child_kinds]
+    kinds: dict[str, type[CustomResource]] = {}
+    for candidate in candidates:
+        if candidate is not None:
             storage = candidate.storage_version()
             kinds.setdefault(f"{storage.plural}.{storage.group}", storage)
     docs: list[dict[str, Any]] = []
@@ -84,7 +90,8 @@ def fleet_member_manifests(operator: Operator, *, namespace: str,
         docs.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     docs += [crd(kinds[name]) for name in sorted(kinds)]
     docs += Rbac(operator.name, namespace).rules(
-        *(rule for c in fleet for rule in c.required_rules())).documents()
+        *(rule for c in fleet for rule in c.required_rules()),
+        *(rule for f in fan_outs for rule in f.member_rules())).documents()
     docs.append({"apiVersion": "v1", "kind": "Secret",
                  "type": "kubernetes.io/service-account-token",
                  "metadata": {"name": f"{operator.name}-fleet-token", "namespace": namespace,

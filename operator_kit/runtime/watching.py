@@ -40,7 +40,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import urllib3
@@ -507,14 +507,18 @@ class Informers:
     They stream their initial lists unless `streaming` is False (None: unless
     ``OPERATOR_KIT_STREAMING_LISTS`` says no), sharing one `StreamingLists`
     (``.streaming``: where the server refused); `default_transform` runs on every object
-    before it is cached, each informer's own transform after it."""
+    before it is cached, each informer's own transform after it. `elsewhere` names
+    resources watched through another Api than `api` (a fleet's hub kind, watched from
+    the hub for each member cluster: `operator_kit.fleet.fanout`)."""
 
     def __init__(self, api: Api, stop: threading.Event, *, stall_timeout: float = 90.0,
                  streaming: bool | None = None,
                  default_transform: Transform | None = drop_managed_fields,
-                 cluster: str = metrics.HUB) -> None:
+                 cluster: str = metrics.HUB,
+                 elsewhere: Mapping[Resource, Api] | None = None) -> None:
         self.api = api
         self.cluster = cluster  # the fleet member they watch, on their metrics
+        self.elsewhere = dict(elsewhere or {})
         self._stop = stop
         self._stall_timeout = stall_timeout
         self.streaming = StreamingLists(enabled=env_bool(STREAMING_ENV, True)
@@ -534,7 +538,8 @@ class Informers:
             informer = self._informers.get(key)
             if informer is None:
                 informer = self._informers[key] = Informer(
-                    self.api, resource, stop=self._stop, namespace=namespace,
+                    self.elsewhere.get(resource, self.api), resource, stop=self._stop,
+                    namespace=namespace,
                     label_selector=label_selector, field_selector=field_selector,
                     stall_timeout=self._stall_timeout, metadata_only=metadata_only,
                     streaming=self.streaming, transform=transform,

@@ -1,19 +1,26 @@
-"""pytest plugin: the ``cluster`` and ``namespace`` fixtures.
+"""pytest plugin: the ``cluster``, ``namespace`` and ``member_clusters`` fixtures.
 
 ``cluster`` (session scope) is `TestCluster.from_env()`. With no cluster configured the
 test is skipped, or fails when OPERATOR_KIT_TEST_REQUIRE_KUBERNETES is set — a CI run
 without its cluster must be red, not silently green. ``namespace`` is a fresh namespace
-per test, deleted afterwards.
+per test, deleted afterwards. ``member_clusters`` (session scope) are two more clusters
+for fleet tests (`operator_kit.fleet`): the kubeconfigs named in
+OPERATOR_KIT_TEST_FLEET_KUBECONFIGS, or two local planes started once for the session.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 
 import pytest
 
 from operator_kit.testing.cluster import Namespace, NoTestCluster, TestCluster
+
+FLEET_ENV = "OPERATOR_KIT_TEST_FLEET_KUBECONFIGS"
+"""Two running clusters' kubeconfigs (``a:b``) that ``member_clusters`` gives, instead of
+starting two local planes."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -56,3 +63,32 @@ def namespace(cluster: TestCluster, request: pytest.FixtureRequest) -> Iterator[
     ns = cluster.namespace(namespace_prefix(request.node.name))
     yield ns
     ns.delete()
+
+
+@pytest.fixture(scope="session")
+def member_clusters(cluster: TestCluster, tmp_path_factory: pytest.TempPathFactory,
+                    ) -> Iterator[dict[str, TestCluster]]:
+    """Two member clusters besides ``cluster`` (the hub), by name (``m1``, ``m2``), for the
+    whole session: the kubeconfigs in OPERATOR_KIT_TEST_FLEET_KUBECONFIGS, or two local
+    planes (`operator_kit.localcluster`) started on first use and stopped after the
+    session. A provider over them: ``StaticClusters({n: c.kubeconfig for n, c in
+    member_clusters.items()})``."""
+    from operator_kit.localcluster import BinariesError, LocalCluster, LocalClusterError
+
+    planes: list[LocalCluster] = []
+    named = [p for p in os.environ.get(FLEET_ENV, "").split(os.pathsep) if p]
+    try:
+        while len(named) < 2:
+            plane = LocalCluster(tmp_path_factory.mktemp(f"member-plane-{len(named)}"))
+            planes.append(plane)
+            try:
+                named.append(str(plane.up()))
+            except (LocalClusterError, BinariesError) as err:
+                message = f"member clusters: a local plane would not start: {err}"
+                if TestCluster.required():
+                    pytest.fail(message, pytrace=False)
+                pytest.skip(message)
+        yield {f"m{i + 1}": TestCluster(path) for i, path in enumerate(named[:2])}
+    finally:
+        for plane in planes:
+            plane.down()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -168,25 +167,10 @@ def binaries() -> None:
         pytest.skip(str(err))
 
 
-FLEET_ENV = "OPERATOR_KIT_TEST_FLEET_KUBECONFIGS"
-"""Two running planes' kubeconfigs (``a:b``) the fleet tests use as members, instead of
-starting their own."""
-
-
 @pytest.fixture(scope="session")
 def fleet_clusters(cluster: TestCluster, binaries: None,
-                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[TestCluster]]:
-    """Three member clusters for the fleet tests: the hub's plane first, then two planes
-    started once for the session (or named in `FLEET_ENV`)."""
-    planes: list[LocalCluster] = []
-    named = [p for p in os.environ.get(FLEET_ENV, "").split(os.pathsep) if p]
-    try:
-        if not named:
-            for i in range(2):
-                plane = LocalCluster(tmp_path_factory.mktemp(f"fleet-plane-{i}"))
-                planes.append(plane)
-                named.append(str(plane.up()))
-        yield [cluster] + [TestCluster(path) for path in named[:2]]
-    finally:
-        for plane in planes:
-            plane.down()
+                   member_clusters: dict[str, TestCluster]) -> list[TestCluster]:
+    """Three member clusters for the fleet tests: the hub's plane first, then the plugin's
+    two `member_clusters` (started once for the session, shared with the fleet sample's
+    tests, or named in OPERATOR_KIT_TEST_FLEET_KUBECONFIGS)."""
+    return [cluster, *member_clusters.values()]

@@ -4,7 +4,7 @@ Role that lets the hub read its provider's Secrets."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -12,7 +12,7 @@ import yaml
 
 from operator_kit import Action, Context, Controller, CustomResource, Operator
 from operator_kit.api.rbac import Rule
-from operator_kit.fleet import Fleet, KubeconfigSecrets, StaticClusters
+from operator_kit.fleet import ClusterStatuses, FanOut, Fleet, KubeconfigSecrets, StaticClusters
 from operator_kit.manifests import operator_manifests
 from operator_kit.manifests.__main__ import main as manifests_main
 
@@ -54,6 +54,29 @@ class HubController(Controller[HubOnly]):
         return Action.await_change()
 
 
+@dataclass
+class RolloutStatus:
+    clusters: ClusterStatuses = field(default_factory=list)
+
+
+class Rollout(CustomResource):
+    group = "hub.operator-kit.test"
+    version = "v1"
+    kind = "Rollout"
+    spec: PolicySpec
+    status: RolloutStatus
+
+
+class PolicyFanOut(FanOut[Rollout]):
+    """A hub Rollout keeps a Policy and a RoleBinding on every member."""
+    resource = Rollout
+    finalizer = "hub.operator-kit.test/children"
+    child_kinds = (Policy, "rbac.authorization.k8s.io/v1/RoleBinding")
+
+    def children(self, obj: Rollout, cluster: str) -> list[Any]:
+        return []
+
+
 def member_docs(capsys: pytest.CaptureFixture[str], *controllers: Controller[Any],
                 argv: tuple[str, ...] = ()) -> tuple[int, list[dict[str, Any]], str]:
     operator = Operator("policy-operator", controllers)
@@ -90,6 +113,20 @@ def test_a_member_gets_the_fleet_controllers_crd_and_rbac_and_nothing_of_the_hub
         "kubernetes.io/service-account.name": "policy-operator"}
     assert all(d["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "operator-kit"
                for d in docs)
+
+
+def test_a_fan_outs_member_rules_and_child_crds_go_to_the_members_and_its_kind_stays_on_the_hub(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code, docs, _ = member_docs(capsys, PolicyFanOut())
+    assert code == 0
+    assert [d["metadata"]["name"] for d in docs if d["kind"] == "CustomResourceDefinition"] \
+        == ["policies.fleet.operator-kit.test"]  # a child kind; HubOnly is the hub's
+    granted = resources(next(d for d in docs if d["kind"] == "ClusterRole"))
+    rules = {(r.api_groups[0], r.resources[0]): list(r.verbs)
+             for r in PolicyFanOut().member_rules()}
+    assert granted == rules
+    assert granted[("rbac.authorization.k8s.io", "clusterroles")] == ["bind"]
+    assert (HubOnly.group, HubOnly.plural) not in granted
 
 
 def test_the_namespace_flags_apply_to_the_member_documents_too(

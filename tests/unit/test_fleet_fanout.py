@@ -1,0 +1,198 @@
+"""FanOut's pure parts: declarations, child labels, status entries (no API server)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from kubernetes.client import ApiClient
+
+from operator_kit import CustomResource, Operator
+from operator_kit.fleet import Cluster, ClusterStatuses, FanOut, Fleet, Member, StaticClusters
+from operator_kit.fleet.fanout import (
+    HUB_KIND,
+    HUB_NAME,
+    HUB_NAMESPACE,
+    HUB_UID,
+    child_labels,
+    entries,
+    hub_key,
+    member_problem,
+    ready_entry,
+    same_entry,
+    status_manager,
+)
+from operator_kit.manifests import crd
+from operator_kit.runtime.objects import resource_of
+
+
+@dataclass
+class CrewSpec:
+    size: int = 0
+
+
+@dataclass
+class CrewStatus:
+    clusters: ClusterStatuses = field(default_factory=list)
+
+
+class Crew(CustomResource):
+    group = "fanout.operator-kit.test"
+    version = "v1"
+    kind = "Crew"
+    plural = "crews"
+    spec: CrewSpec
+    status: CrewStatus
+
+
+@dataclass
+class PlainStatus:
+    note: str = ""
+
+
+class Plain(CustomResource):
+    group = "fanout.operator-kit.test"
+    version = "v1"
+    kind = "Plain"
+    plural = "plains"
+    spec: CrewSpec
+    status: PlainStatus
+
+
+class CrewSync(FanOut[Crew]):
+    resource = Crew
+    finalizer = "fanout.operator-kit.test/children"
+    child_kinds = ("v1/ConfigMap",)
+
+    def children(self, obj: Crew, cluster: str) -> list[dict[str, Any]]:
+        return [{"apiVersion": "v1", "kind": "ConfigMap",
+                 "metadata": {"name": obj.name, "namespace": "crews"}}]
+
+
+def crew(uid: str | None = "u-1", namespace: str | None = "ns") -> Crew:
+    obj = Crew("alpha", CrewSpec(), namespace=namespace)
+    if uid:
+        obj.metadata["uid"] = uid
+    return obj
+
+
+def test_children_are_labelled_with_the_hub_objects_identity() -> None:
+    assert child_labels(crew()) == {HUB_UID: "u-1", HUB_NAME: "alpha", HUB_NAMESPACE: "ns",
+                                    HUB_KIND: "Crew.fanout.operator-kit.test"}
+    assert HUB_NAMESPACE not in child_labels(crew(namespace=None))
+
+
+def test_a_hub_object_never_read_from_the_api_cannot_label_children() -> None:
+    with pytest.raises(ValueError, match="no uid: read it from the API first"):
+        child_labels(crew(uid=None))
+
+
+def test_a_childs_labels_name_its_hub_objects_key() -> None:
+    labelled = {"metadata": {"labels": child_labels(crew())}}
+    assert hub_key(labelled) == [("ns", "alpha")]
+    assert hub_key({"metadata": {"labels": child_labels(crew(namespace=None))}}) == [
+        ("", "alpha")]
+    assert hub_key({"metadata": {"name": "stray"}}) == []
+
+
+def test_an_entrys_transition_time_moves_only_when_its_status_changes() -> None:
+    t0 = dt.datetime(2026, 1, 1, 12, 0, 0, 123, tzinfo=dt.timezone.utc)
+    first = ready_entry("east", "True", "Applied", "3 children applied", 1, None, now=t0)
+    assert first == {"name": "east", "conditions": [{
+        "type": "Ready", "status": "True", "reason": "Applied",
+        "message": "3 children applied", "lastTransitionTime": "2026-01-01T12:00:00Z",
+        "observedGeneration": 1}]}
+    later = t0 + dt.timedelta(minutes=5)
+    same = ready_entry("east", "True", "Applied", "3 children applied", 2, first, now=later)
+    assert same["conditions"][0]["lastTransitionTime"] == "2026-01-01T12:00:00Z"
+    assert same["conditions"][0]["observedGeneration"] == 2
+    failed = ready_entry("east", "False", "ApplyFailed", "boom", 2, same, now=later)
+    assert failed["conditions"][0]["lastTransitionTime"] == "2026-01-01T12:05:00Z"
+
+
+def test_an_entry_equal_to_the_current_one_is_not_written_again() -> None:
+    entry = ready_entry("east", "True", "Applied", "ok", 1, None)
+    assert same_entry(entry, ready_entry("east", "True", "Applied", "ok", 1, entry))
+    assert not same_entry(entry, ready_entry("east", "True", "Applied", "ok", 2, entry))
+    assert not same_entry(None, entry)
+
+
+def test_the_entries_are_read_by_cluster_name() -> None:
+    obj = Crew.from_dict({**crew().to_dict(), "status": {"clusters": [
+        {"name": "east", "conditions": []}, {"name": "west", "conditions": []}]}})
+    assert sorted(entries(obj, "clusters")) == ["east", "west"]
+    assert status_manager("team-operator", "east") == "team-operator@east"
+
+
+def test_the_status_clusters_field_is_a_list_map_keyed_by_name() -> None:
+    schema = crd(Crew)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    clusters = schema["properties"]["status"]["properties"]["clusters"]
+    assert clusters["x-kubernetes-list-type"] == "map"
+    assert clusters["x-kubernetes-list-map-keys"] == ["name"]
+    assert clusters["items"]["required"] == ["name"]
+
+
+def test_a_fan_out_says_what_its_declaration_lacks() -> None:
+    class NoFinalizer(CrewSync):
+        finalizer = None
+
+    class NoKinds(CrewSync):
+        child_kinds = ()
+
+    class OneNamespace(CrewSync):
+        namespace = "ns"
+
+    class NoClusters(FanOut[Plain]):
+        resource = Plain
+        finalizer = "fanout.operator-kit.test/children"
+        child_kinds = ("v1/ConfigMap",)
+
+    with pytest.raises(ValueError, match="needs a `finalizer`"):
+        NoFinalizer()
+    with pytest.raises(ValueError, match="child_kinds must name the kinds"):
+        NoKinds()
+    with pytest.raises(ValueError, match="leave `namespace` None"):
+        OneNamespace()
+    with pytest.raises(TypeError, match="`clusters: ClusterStatuses`"):
+        NoClusters()
+
+
+def test_a_fan_out_runs_on_the_hub_and_is_attached_to_the_fleet_of_its_operator() -> None:
+    controller = CrewSync()
+    operator = Operator("crew-operator", [controller])
+    assert controller.fleet is False  # its hub side runs in the operator
+    with pytest.raises(RuntimeError, match=r"Fleet.of\(operator, provider\)"):
+        controller.hub_routes()
+    fleet = Fleet.of(operator, StaticClusters({}))  # before the operator has a client
+    assert fleet.controllers == [controller]
+    assert controller.attached is fleet
+    operator.use(ApiClient())
+    assert controller.hub_routes() == {resource_of(Crew): operator.api}
+
+
+def test_a_member_not_started_yet_is_reported_as_such() -> None:
+    member = Member(Cluster("east", "/nonexistent/kubeconfig"), [CrewSync()],
+                    field_manager="crew-operator", may_reconcile=lambda: True,
+                    shutdown_timeout=1.0, watch_stall_timeout=1.0)
+    assert member_problem(member) == "not started yet"
+    member.problem = None  # as if its controllers ran, before its informers exist
+    assert member_problem(member) == "not started yet"
+
+
+def test_the_member_rules_cover_the_children_and_binding_roles() -> None:
+    class TeamLike(CrewSync):
+        child_kinds = ("v1/Namespace", "v1/ConfigMap",
+                       "rbac.authorization.k8s.io/v1/RoleBinding")
+
+    rules = {(tuple(r.api_groups), tuple(r.resources)): set(r.verbs)
+             for r in TeamLike().member_rules()}
+    writes = {"get", "list", "watch", "create", "patch", "delete"}
+    assert rules[("",), ("configmaps",)] == writes
+    assert rules[("",), ("namespaces",)] == writes
+    assert rules[("rbac.authorization.k8s.io",), ("rolebindings",)] == writes
+    assert rules[("rbac.authorization.k8s.io",), ("clusterroles",)] == {"bind"}
+    assert not any("crews" in resources for _, resources in rules)  # the hub kind: hub only
+    assert all(r.api_groups != ["rbac.authorization.k8s.io"]
+               for r in CrewSync().member_rules())  # no binding among its children
