@@ -48,6 +48,10 @@ subresource, ``{"status": {"observed": <generation>}}``, with ``--threads`` work
     as operator_kit, but the controller also declares ``owns = ("v1/ConfigMap",)``, as
     a real operator would: it then watches ConfigMaps too, and each child's creation
     reconciles its owner once more.
+``operator_kit+owns+skip`` (only when named in ``--contenders``)
+    as operator_kit+owns, with ``skip_own_echoes = True``: the echo of its own apply does
+    not reconcile the owner again, so it makes the baseline's two requests per object
+    (the child is read from the cache) and one reconcile.
 
 Before the measured runs each contender reconciles ``--warmup`` objects unreported (a
 fresh API server is markedly slower at first). The order of the contenders alternates
@@ -110,8 +114,9 @@ VERSION = "v1"
 KIND = "BenchItem"
 PLURAL = "benchitems"
 OWNS = "operator_kit+owns"
+OWNS_SKIP = "operator_kit+owns+skip"
 BEFORE = "operator_kit@before"
-CONTENDERS = ("operator_kit", "baseline", OWNS, BEFORE)
+CONTENDERS = ("operator_kit", "baseline", OWNS, OWNS_SKIP, BEFORE)
 TREE_PREFIX = "operator_kit@"  # a contender run with another tree's operator_kit
 FIELD_MANAGER = "controller-bench"
 TARGET_RATIO = 0.8
@@ -182,7 +187,8 @@ def _report(reconciles: int, errors: int, module: str = "") -> None:
           flush=True)
 
 
-def worker_operator_kit(kubeconfig: str, namespace: str, threads: int, owns: bool) -> None:
+def worker_operator_kit(kubeconfig: str, namespace: str, threads: int, owns: bool,
+                        skip_echoes: bool) -> None:
     """The operator_kit contender: one Controller in an Operator, until stdin closes."""
     import logging
 
@@ -208,6 +214,7 @@ def worker_operator_kit(kubeconfig: str, namespace: str, threads: int, owns: boo
     controller.namespace = namespace
     if owns:
         controller.owns = ("v1/ConfigMap",)
+        controller.skip_own_echoes = skip_echoes
     operator = Operator(FIELD_MANAGER, [controller], kubeconfig=kubeconfig)
     operator.start()
     if not operator.wait_synced(120):
@@ -517,8 +524,10 @@ class Bench:
         mode = "baseline" if contender == "baseline" else "operator_kit"
         args = ["--worker", mode, "--namespace", namespace.name,
                 "--threads", str(options.threads)]
-        if contender == OWNS:
+        if contender in (OWNS, OWNS_SKIP):
             args.append("--owns")
+        if contender == OWNS_SKIP:
+            args.append("--skip-echoes")
         worker: subprocess.Popen[str] | None = None
         creator: subprocess.Popen[str] | None = None
         watcher: StatusWatch | None = None
@@ -612,12 +621,12 @@ class Bench:
 
 
 def _format(results: list[RunResult]) -> str:
-    header = (f"{'N':>6} {'round':>5}  {'contender':<19} {'conv/s':>7} {'p50 ms':>7} "
+    header = (f"{'N':>6} {'round':>5}  {'contender':<22} {'conv/s':>7} {'p50 ms':>7} "
               f"{'p99 ms':>7} {'RSS MB':>7} {'CPU s':>6} {'CPU s/1k':>8} {'server CPU s':>12} "
               f"{'idle CPU %':>10} {'create/s':>8} {'reconciles':>10} {'errors':>6}")
     rows = [header, "-" * len(header)]
     for r in results:
-        rows.append(f"{r.count:>6} {r.round:>5}  {r.contender:<19} {r.per_second:>7.1f} "
+        rows.append(f"{r.count:>6} {r.round:>5}  {r.contender:<22} {r.per_second:>7.1f} "
                     f"{r.p50_ms:>7.0f} {r.p99_ms:>7.0f} {r.peak_rss_mb:>7.1f} "
                     f"{r.busy_cpu_s:>6.1f} {r.cpu_per_1k:>8.2f} {r.server_cpu_s:>12.1f} "
                     f"{r.idle_cpu_pct:>10.2f} "
@@ -664,6 +673,9 @@ def _cpu_lines(results: list[RunResult], count: int) -> list[str]:
     kit = cpu["operator_kit"]
     rows = [f"N={count}: CPU s per 1,000 objects (median of rounds): " + ", ".join(
         f"{name} {value:.2f}" for name, value in cpu.items())]
+    for name in (n for n in (OWNS, OWNS_SKIP) if n in cpu and "baseline" in cpu):
+        rows.append(f"N={count}: {name}/baseline CPU = {cpu[name] / cpu['baseline']:.2f}x, "
+                    f"throughput = {rate[name] / rate['baseline']:.2f}x")
     if "baseline" in cpu:
         verdict = "meets" if kit <= cpu["baseline"] else "MISSES"
         rows.append(f"N={count}: operator_kit/baseline CPU = {kit / cpu['baseline']:.2f}x "
@@ -774,6 +786,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                              "operator_kit, to compare before and after a change in one "
                              "run; repeat it for several trees")
     parser.add_argument("--owns", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--skip-echoes", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--logs", help="keep the worker logs in this folder")
     parser.add_argument("--timeout-base", type=float, default=60.0, help=argparse.SUPPRESS)
     parser.add_argument("--timeout-per-object", type=float, default=0.1,
@@ -789,7 +802,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     for text in options.before:
         label, sep, folder = text.rpartition("=")
         contender = f"{TREE_PREFIX}{label}" if sep else BEFORE
-        if contender in options.trees or contender in CONTENDERS[:3] or not folder:
+        if contender in options.trees or contender in CONTENDERS[:4] or not folder:
             parser.error(f"--before {text}: give each tree a label of its own, LABEL=DIR")
         options.trees[contender] = folder
     if options.worker is None:
@@ -813,7 +826,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not options.kubeconfig or not options.namespace:
         raise SystemExit("--worker needs --kubeconfig and --namespace")
     if options.worker == "operator_kit":
-        worker_operator_kit(options.kubeconfig, options.namespace, options.threads, options.owns)
+        worker_operator_kit(options.kubeconfig, options.namespace, options.threads,
+                            options.owns, options.skip_echoes)
     elif options.worker == "baseline":
         worker_baseline(options.kubeconfig, options.namespace, options.threads)
     else:

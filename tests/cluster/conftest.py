@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -140,6 +143,27 @@ def create_widget(ns: Namespace, name: str, size: int = 1, **metadata: Any) -> d
     result: dict[str, Any] = ns.api.request(
         "POST", f"/apis/{Widget.api_version()}/namespaces/{ns.name}/widgets", body=body)
     return result
+
+
+def freeze(process: subprocess.Popen[str]) -> None:
+    """SIGSTOP `process` and return once every one of its threads has stopped.
+
+    The signal is only queued when kill() returns: the process stops when one of its
+    threads is next scheduled and stops the others, and under load a thread on the other
+    core can go on for milliseconds (start a reconcile, log a write) after the caller
+    read its clock. Read the clock after this instead."""
+    process.send_signal(signal.SIGSTOP)
+    tasks = Path(f"/proc/{process.pid}/task")
+    deadline = time.monotonic() + 10
+
+    def state(task: Path) -> str:
+        try:  # "pid (comm) S ...": the state follows the last ")"
+            return (task / "stat").read_text().rpartition(")")[2].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return "T"  # a thread that ended stops nothing
+    while not all(state(task) in "tT" for task in tasks.iterdir()):
+        assert time.monotonic() < deadline, f"process {process.pid} did not stop"
+        time.sleep(0.001)
 
 
 def widget_path(ns: Namespace, name: str) -> str:

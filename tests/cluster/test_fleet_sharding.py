@@ -28,6 +28,7 @@ import pytest
 from operator_kit.fleet.sharding import cluster_lease
 from operator_kit.testing import Namespace, TestCluster, eventually
 
+from .conftest import freeze
 from .fleet_replica import OPERATOR, Crate, overlaps, runs, writes_begun_after
 
 LEASE, DEADLINE, RETRY = 4.0, 3.0, 0.5
@@ -345,7 +346,7 @@ def test_a_paused_replicas_writes_are_refused_once_its_cluster_was_taken_over(
     wait(30, lambda: any(who == victim.identity and end == float("inf")
                          for (c, _k), those in fleet.runs().items() if c == "m1"
                          for who, _s, end in those), "a reconcile running on m1")
-    victim.process.send_signal(signal.SIGSTOP)
+    freeze(victim.process)
     paused_at = time.monotonic()
     try:
         wait(LEASE + 30, lambda: "m1" in stayer.running(), "m1 taken over")

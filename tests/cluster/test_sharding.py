@@ -27,7 +27,7 @@ from kubernetes.client.exceptions import ApiException
 from operator_kit.election.sharding import Ring, ring_key
 from operator_kit.testing import Namespace, TestCluster, eventually
 
-from .conftest import create_widget, widget_path
+from .conftest import create_widget, freeze, widget_path
 from .shard_member import LABEL, OPERATOR
 
 pytestmark = pytest.mark.usefixtures("widget_kind")
@@ -119,27 +119,6 @@ def open_runs(log: Path, member: str) -> set[str]:
     return begun
 
 
-def freeze(member: Member) -> float:
-    """SIGSTOP `member` and wait until every one of its threads has stopped; that time.
-
-    The signal is only queued when kill() returns: the process stops when one of its
-    threads is next scheduled and stops the others, and under load a worker on the other
-    core can start (and log) a reconcile milliseconds after the test read the clock."""
-    member.process.send_signal(signal.SIGSTOP)
-    tasks = Path(f"/proc/{member.process.pid}/task")
-    deadline = time.monotonic() + 10
-
-    def state(task: Path) -> str:
-        try:  # "pid (comm) S ...": the state follows the last ")"
-            return (task / "stat").read_text().rpartition(")")[2].split()[0]
-        except (FileNotFoundError, ProcessLookupError):
-            return "T"  # a thread that ended stops nothing
-    while not all(state(task) in "tT" for task in tasks.iterdir()):
-        assert time.monotonic() < deadline, f"{member.identity} did not stop"
-        time.sleep(0.001)
-    return time.time()
-
-
 def pause_between_reconciles(member: Member, log: Path) -> float:
     """SIGSTOP `member` while it runs no reconcile; the time it was stopped.
 
@@ -147,7 +126,8 @@ def pause_between_reconciles(member: Member, log: Path) -> float:
     inside it, that reconcile would never end in the log (S with no E), and the overlap
     checker would count it as running for ever. Stop, look, and resume to try again."""
     for _ in range(50):
-        stopped = freeze(member)
+        freeze(member.process)
+        stopped = time.time()
         if not open_runs(log, member.identity):
             return stopped
         member.process.send_signal(signal.SIGCONT)
@@ -427,7 +407,8 @@ def test_a_member_paused_mid_reconcile_past_its_lease_writes_nothing_after_resum
         return found if len(found) == 4 else []
 
     in_flight = eventually(20, busy, interval=0.02)
-    stopped = freeze(paused)  # mid-reconcile: before its write (1.5 s of work first)
+    freeze(paused.process)  # mid-reconcile: before its write (1.5 s of work first)
+    stopped = time.time()
     eventually(LEASE + 20, lambda: settled(namespace, names[:1]), interval=0.5)
     eventually(60, lambda: mine <= {r.key for r in runs(log)
                                     if r.member == names[0] and r.start > stopped
