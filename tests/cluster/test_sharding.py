@@ -381,7 +381,8 @@ def test_a_member_paused_mid_reconcile_past_its_lease_writes_nothing_after_resum
     log = tmp_path / "reconciles.log"
     log.touch()
     names = ["q-0", "q-1"]
-    slow = ["--children", "--work", "1.5", "--workers", "4"]
+    workers = 4
+    slow = ["--children", "--work", "1.5", "--workers", str(workers)]
     start_members(members, namespace, cluster.kubeconfig, names, log, *slow)
     eventually(30, lambda: len(namespace.list("coordination.k8s.io/v1", "Lease")) == 3)
     count = 40
@@ -399,12 +400,12 @@ def test_a_member_paused_mid_reconcile_past_its_lease_writes_nothing_after_resum
             content_type="application/merge-patch+json"), sorted(before)))
 
     def busy() -> list[Run]:
-        """Reconciles of the changes running, once all four workers are inside one: none
+        """Reconciles of the changes running, once every worker is inside one: none
         is then between taking a key and starting its reconcile, where a stop would
         let a reconcile begin (and log its start) only after resuming."""
         found = [r for r in runs(log) if r.member == paused.identity and r.start > changed
                  and r.end == float("inf")]
-        return found if len(found) == min(4, len(mine)) else []
+        return found if len(found) == min(workers, len(mine)) else []
 
     in_flight = eventually(20, busy, interval=0.02)
     freeze(paused.process)  # mid-reconcile: before its write (1.5 s of work first)
