@@ -46,3 +46,20 @@ class FencedApi(Api):
             if reason is not None:
                 raise Fenced(f"{method} {path} refused: {reason}")
         return self._inner.request(method, path, **options)
+
+
+def fenced_like(api: Api, model: Api) -> Api:
+    """`api` behind every fence `model` is behind (`api` itself when there is none): a
+    reconcile that writes to a second cluster through `api` — a fleet member's reconcile
+    writing its entry on the hub — is refused there exactly when its own writes are."""
+    refusals: list[Refusal] = []
+    while isinstance(model, FencedApi):
+        refusals.append(model._refusal)
+        model = model._inner
+    if not refusals:
+        return api
+
+    def refusal() -> str | None:
+        return next((r for r in (f() for f in refusals) if r is not None), None)
+
+    return FencedApi(api, refusal)

@@ -61,6 +61,7 @@ from operator_kit.api.resources import CustomResource
 from operator_kit.api.validation import ListType
 from operator_kit.client.events import RULE as EVENTS_RULE
 from operator_kit.client.events import EventRecorder
+from operator_kit.client.fencing import fenced_like
 from operator_kit.client.transport import Api, Resource, error_message
 from operator_kit.runtime.context import Context
 from operator_kit.runtime.controller import Action, Controller, Watch
@@ -379,6 +380,9 @@ class MemberSide(Controller[Any]):
         if fanout.finalizer not in obj.finalizers:
             return None  # the hub side adds it first; that change queues obj again
         current = entries(obj, fanout.status_field).get(self.cluster)
+        # Its entry on the hub is written under its own writes' fences: a reconcile past
+        # its timeout, or on a replica that lost this cluster's Lease, writes nothing there.
+        hub = fenced_like(self.hub, ctx.api)
         try:
             applied = apply_children(ctx, obj, fanout.children(obj, self.cluster),
                                      self.last_applies, self.informers)
@@ -392,7 +396,7 @@ class MemberSide(Controller[Any]):
                                 "ApplyFailed" if refused else "Unreachable",
                                 error_message(err), obj.generation, current)
             if not same_entry(current, entry):
-                write_entry(self.hub, obj, fanout.status_field, self.cluster, entry,
+                write_entry(hub, obj, fanout.status_field, self.cluster, entry,
                             self.operator)
             raise
         if pruned:
@@ -403,7 +407,7 @@ class MemberSide(Controller[Any]):
         # The hub object as it is after the applies (the status write answers with it): if
         # its deletion began meanwhile, the hub side's cleanup may have run before them.
         try:
-            latest = write_entry(self.hub, obj, fanout.status_field, self.cluster, entry,
+            latest = write_entry(hub, obj, fanout.status_field, self.cluster, entry,
                                  self.operator) if not same_entry(current, entry) else \
                 self.hub.get_or_none(resource_of(type(obj)).path(obj.namespace, obj.name))
         except ApiException as err:

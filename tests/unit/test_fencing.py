@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client
 
 from operator_kit.client.events import EventRecorder
-from operator_kit.client.fencing import Fenced, FencedApi
+from operator_kit.client.fencing import Fenced, FencedApi, fenced_like
 from operator_kit.client.transport import Api
 from operator_kit.election.sharder import FencedApi as MemberApi
 from operator_kit.runtime.runner import ControllerRunner
@@ -72,6 +72,35 @@ def test_fences_nest_so_a_timed_out_reconcile_of_a_fenced_member_is_refused_by_e
     with pytest.raises(Fenced, match="timed out"):
         attempt.request("PATCH", "/c")
     assert inner.sent == [("PATCH", "/a")]
+
+
+def test_a_second_clusters_api_fenced_like_a_reconciles_own_is_refused_by_each_of_its_fences(
+        ) -> None:
+    """A fleet member's reconcile writes its status entry on the hub: that write is
+    refused whenever a write to its own cluster would be (FanOut, fleet/fanout.py)."""
+    member, hub = Recording(), Recording()
+    may_reconcile = [True]
+    timed_out: list[str] = []
+    own = FencedApi(MemberApi(member, lambda: may_reconcile[0]),
+                    lambda: timed_out[0] if timed_out else None)
+    other = fenced_like(hub, own)
+    other.request("PATCH", "/a")
+    other.request("GET", "/b")
+    may_reconcile[0] = False
+    with pytest.raises(Fenced, match="Lease lapsed"):
+        other.request("PATCH", "/c")
+    other.request("GET", "/d")  # reads still go through
+    may_reconcile[0] = True
+    timed_out.append("timed out")
+    with pytest.raises(Fenced, match="timed out"):
+        other.request("PATCH", "/e")
+    assert hub.sent == [("PATCH", "/a"), ("GET", "/b"), ("GET", "/d")]
+    assert member.sent == []
+
+
+def test_an_api_fenced_like_an_unfenced_one_is_itself() -> None:
+    hub = Recording()
+    assert fenced_like(hub, Recording()) is hub
 
 
 def test_a_worker_that_lost_the_lease_after_taking_a_key_starts_no_reconcile_and_keeps_it(

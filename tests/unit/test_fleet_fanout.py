@@ -7,15 +7,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from kubernetes.client import ApiClient
+from kubernetes.client import ApiClient, Configuration
 
-from operator_kit import CustomResource, Operator
+from operator_kit import Context, CustomResource, Operator
+from operator_kit.client.events import EventRecorder
+from operator_kit.client.fencing import Fenced, FencedApi
+from operator_kit.client.transport import Api
 from operator_kit.fleet import Cluster, ClusterStatuses, FanOut, Fleet, Member, StaticClusters
 from operator_kit.fleet.fanout import (
     HUB_KIND,
     HUB_NAME,
     HUB_NAMESPACE,
     HUB_UID,
+    MemberSide,
     child_labels,
     entries,
     hub_key,
@@ -196,3 +200,57 @@ def test_the_member_rules_cover_the_children_and_binding_roles() -> None:
     assert not any("crews" in resources for _, resources in rules)  # the hub kind: hub only
     assert all(r.api_groups != ["rbac.authorization.k8s.io"]
                for r in CrewSync().member_rules())  # no binding among its children
+
+
+DISCOVERY = {
+    "/api/v1": [{"name": "configmaps", "kind": "ConfigMap", "namespaced": True}],
+    "/apis/fanout.operator-kit.test/v1": [{"name": "crews", "kind": "Crew",
+                                           "namespaced": True}],
+}
+
+
+class Recording(Api):
+    """An Api that records the requests it would send, but discovery, instead of sending
+    them (each answered with an empty object)."""
+
+    def __init__(self) -> None:
+        super().__init__(ApiClient(Configuration()))
+        self.sent: list[tuple[str, str]] = []
+
+    def request(self, method: str, path: str, **options: Any) -> Any:
+        if method == "GET" and path in DISCOVERY:
+            return {"resources": DISCOVERY[path]}
+        self.sent.append((method, path))
+        return {}
+
+
+def test_a_member_that_may_no_longer_write_writes_no_entry_on_the_hub_either() -> None:
+    """A replica that lost the cluster's Lease (or a reconcile past its timeout) has its
+    writes to the member refused; its entry on the hub object is refused the same way,
+    so a stale "ApplyFailed" never lands over what the cluster's new owner wrote."""
+    member, hub = Recording(), Recording()
+    fenced = FencedApi(member, lambda: "this replica no longer holds cluster m1's Lease")
+    ctx = Context(fenced, field_manager="crews", controller="crewsync",
+                  recorder=EventRecorder(member, "crews"), cluster="m1")
+    side = MemberSide(CrewSync(), "m1", hub, "crews")
+    obj = crew()
+    obj.metadata["finalizers"] = [CrewSync.finalizer]
+    with pytest.raises(Fenced, match="no longer holds cluster m1's Lease"):
+        side.reconcile(obj, ctx)
+    assert hub.sent == []
+    assert member.sent == []
+
+
+def test_a_member_that_may_write_writes_its_entry_on_the_hub() -> None:
+    """The same reconcile with its fence open: the child applied on the member, the
+    entry written on the hub (the fence is the only difference)."""
+    member, hub = Recording(), Recording()
+    fenced = FencedApi(member, lambda: None)
+    ctx = Context(fenced, field_manager="crews", controller="crewsync",
+                  recorder=EventRecorder(member, "crews"), cluster="m1")
+    side = MemberSide(CrewSync(), "m1", hub, "crews")
+    obj = crew()
+    obj.metadata["finalizers"] = [CrewSync.finalizer]
+    side.reconcile(obj, ctx)
+    assert ("PATCH", "/api/v1/namespaces/crews/configmaps/alpha") in member.sent
+    assert [m for m, p in hub.sent if p.endswith("/crews/alpha/status")] == ["PATCH"]
