@@ -272,6 +272,14 @@ class Fleet:
             raise ValueError(f"operator {operator.name} has no fleet controllers: set "
                              "`fleet = True` on the controllers to run on member clusters, "
                              "or subclass operator_kit.fleet.FanOut")
+        fan_outs = [c.name for c in controllers if isinstance(c, FanOut)]
+        if operator.sharding is not None and fan_outs:
+            raise ValueError(
+                f"operator {operator.name}: FanOut {', '.join(fan_outs)} cannot run with "
+                "Sharding yet: each replica would run only the clusters it holds, so a hub "
+                "object's reconcile would remove the other clusters' status entries and, "
+                "when the object is deleted, leave its children on them. Run it with "
+                "leader election alone (one replica runs every member)")
         bind = getattr(provider, "bind", None)
         if bind is not None:  # a provider that reads the hub reads it as the operator does
             bind(lambda: operator.api)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from kubernetes.client import ApiClient, Configuration
 
-from operator_kit import Context, CustomResource, Operator
+from operator_kit import Context, CustomResource, LeaderElection, Operator, Sharding
 from operator_kit.client.events import EventRecorder
 from operator_kit.client.fencing import Fenced, FencedApi
 from operator_kit.client.transport import Api
@@ -176,6 +176,18 @@ def test_a_fan_out_runs_on_the_hub_and_is_attached_to_the_fleet_of_its_operator(
     assert controller.hub_routes() == {resource_of(Crew): operator.api}
 
 
+def test_a_fan_out_is_refused_with_sharding_which_would_hide_the_other_replicas_clusters(
+        ) -> None:
+    """Under Sharding each replica runs only the clusters it holds: a FanOut's hub side
+    would take the others for clusters that left (their entries removed, their children
+    left behind on deletion), so the combination is refused, saying why."""
+    operator = Operator("crew-operator", [CrewSync()], leader_election=LeaderElection(),
+                        sharding=Sharding())
+    with pytest.raises(ValueError, match=r"FanOut crew cannot run with Sharding yet: "
+                                         r".*leave its children"):
+        Fleet.of(operator, StaticClusters({}))
+
+
 def test_a_member_not_started_yet_is_reported_as_such() -> None:
     member = Member(Cluster("east", "/nonexistent/kubeconfig"), [CrewSync()],
                     field_manager="crew-operator", may_reconcile=lambda: True,
@@ -225,9 +237,9 @@ class Recording(Api):
 
 
 def test_a_member_that_may_no_longer_write_writes_no_entry_on_the_hub_either() -> None:
-    """A replica that lost the cluster's Lease (or a reconcile past its timeout) has its
-    writes to the member refused; its entry on the hub object is refused the same way,
-    so a stale "ApplyFailed" never lands over what the cluster's new owner wrote."""
+    """A reconcile whose writes to the member are fenced (past its reconcile_timeout, or
+    on a replica that lost the cluster's Lease) has its entry on the hub object refused
+    the same way, so a stale "ApplyFailed" never lands over what the retry wrote."""
     member, hub = Recording(), Recording()
     fenced = FencedApi(member, lambda: "this replica no longer holds cluster m1's Lease")
     ctx = Context(fenced, field_manager="crews", controller="crewsync",
