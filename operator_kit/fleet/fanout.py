@@ -169,6 +169,10 @@ def entries(obj: CustomResource, field: str) -> dict[str, dict[str, Any]]:
     return {str(e.get("name")): dict(e) for e in status.get(field) or () if e.get("name")}
 
 
+NOT_RUNNING = "not running here yet (joining, or rejoining after its kubeconfig changed)"
+"""Why a cluster the provider names, but which runs no member now, is unreachable."""
+
+
 def member_problem(member: Member) -> str | None:
     """Why `member` cannot be reached now, or None: it did not start (`Member.problem`),
     or its own watches (not the hub's) have failed for `FAILING_AFTER` seconds."""
@@ -278,12 +282,15 @@ class FanOut(Controller[R]):
         if fleet is None:
             raise RuntimeError(f"{type(self).__name__} runs on the hub without its fleet: "
                                "build the fleet with Fleet.of(operator, provider)")
-        members = fleet.members()
+        named, members = fleet.named_clusters(), fleet.members()
+        if named is None:  # no answer from the provider yet: an absence means nothing
+            return Action.requeue(min(self.status_interval, 1.0))
         current = entries(obj, self.status_field)
-        for name, member in sorted(members.items()):
-            problem = member_problem(member)
+        for name in sorted(named | set(members)):
+            member = members.get(name)
+            problem = NOT_RUNNING if member is None else member_problem(member)
             if problem is None:  # the member's own workers write its entry
-                if _reason(current.get(name)) == "Unreachable":
+                if member is not None and _reason(current.get(name)) == "Unreachable":
                     self._requeue_on(member, obj)  # back: have its workers say so
                 continue
             entry = ready_entry(name, "Unknown", "Unreachable", problem, obj.generation,
@@ -291,7 +298,9 @@ class FanOut(Controller[R]):
             if not same_entry(current.get(name), entry) and not unreachable_already(
                     current.get(name), obj.generation):
                 write_entry(ctx.api, obj, self.status_field, name, entry, ctx.field_manager)
-        for name in sorted(set(current) - set(members)):
+        # Only a cluster the provider no longer names has left (one joining or rejoining
+        # is named, but not running yet).
+        for name in sorted(set(current) - named - set(members)):
             write_entry(ctx.api, obj, self.status_field, name, None, ctx.field_manager)
             ctx.log.info("%s: cluster %s left the fleet: its status entry removed",
                          self.name, name)
@@ -312,9 +321,15 @@ class FanOut(Controller[R]):
                                "cannot be deleted (run it with Fleet.of(operator, provider))")
         selector = f"{HUB_UID}={obj.uid}"
         left: dict[str, str] = {}
-        for name, member in sorted(fleet.members().items()):
-            problem = member_problem(member)
-            if problem is None and member.informers is not None:
+        named, members = fleet.named_clusters(), fleet.members()
+        if named is None:  # which clusters hold children is not known yet
+            left["the fleet"] = "its cluster provider has not answered yet"
+        # Every cluster the provider names, running or not: one not running yet (joining,
+        # rejoining) keeps the finalizer until its children are deleted, as one unreachable.
+        for name in sorted((named or frozenset()) | set(members)):
+            member = members.get(name)
+            problem = NOT_RUNNING if member is None else member_problem(member)
+            if problem is None and member is not None and member.informers is not None:
                 try:
                     delete_children(member.informers.api, self.child_kinds, selector)
                     continue

@@ -251,6 +251,7 @@ class Fleet:
         self.shards = shards
         self._members: dict[str, Member] = {}
         self._leaving: list[Member] = []
+        self._named: frozenset[str] | None = None  # the provider's last answer
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._reported: str | None = None
@@ -301,6 +302,14 @@ class Fleet:
         with self._lock:
             return dict(self._members)
 
+    def named_clusters(self) -> frozenset[str] | None:
+        """The clusters the provider named at its last answer, whether or not they run
+        here now (one may still be joining, or rejoining after its kubeconfig changed);
+        None before its first answer. A cluster it no longer names has left the fleet;
+        one it names but that does not run is not gone, only unreachable for now."""
+        with self._lock:
+            return self._named
+
     def leaving(self) -> list[Member]:
         """Members that were told to leave and whose threads still stop."""
         with self._lock:
@@ -325,6 +334,7 @@ class Fleet:
             return Changes()
         self._report("; ".join(getattr(self.provider, "problems", ())) or None)
         with self._lock:
+            self._named = frozenset(wanted)
             running = {name: m.cluster for name, m in self._members.items()}
             leaving = {m.name for m in self._leaving if m.alive()}
         if self.shards is not None:  # only the clusters whose Lease this replica holds

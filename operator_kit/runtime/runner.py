@@ -542,10 +542,12 @@ class ControllerRunner:
         """Whether `obj` no longer exists (a 404 from a reconcile may be about another
         object, a missing Secret say, which is a real failure). An object since created
         again under the same name is a different one (new uid): its own watch event
-        brings it here."""
+        brings it here. Asked where the kind is watched: a fleet member's primary kind may
+        live on the hub (a FanOut's), and the member's API server would say 404."""
+        where = self.primary_of((obj.namespace or "", obj.name)).api
         try:
-            current = self.api.request("GET", resource_of(type(obj)).path(obj.namespace,
-                                                                           obj.name))
+            current = where.request("GET", resource_of(type(obj)).path(obj.namespace,
+                                                                        obj.name))
         except ApiException as err:
             return bool(err.status == 404)
         except Exception:  # noqa: BLE001 - cannot tell: count the reconcile as failed

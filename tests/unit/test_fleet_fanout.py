@@ -1,13 +1,16 @@
-"""FanOut's pure parts: declarations, child labels, status entries (no API server)."""
+"""FanOut: declarations, child labels, status entries, and the hub and member sides with
+recording Apis (no API server; tests on one are in samples/fleet/tests)."""
 
 from __future__ import annotations
 
 import datetime as dt
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 from kubernetes.client import ApiClient, Configuration
+from kubernetes.client.exceptions import ApiException
 
 from operator_kit import Context, CustomResource, LeaderElection, Operator, Sharding
 from operator_kit.client.events import EventRecorder
@@ -19,7 +22,9 @@ from operator_kit.fleet.fanout import (
     HUB_NAME,
     HUB_NAMESPACE,
     HUB_UID,
+    NOT_RUNNING,
     MemberSide,
+    MembersUnreachable,
     child_labels,
     entries,
     hub_key,
@@ -30,6 +35,8 @@ from operator_kit.fleet.fanout import (
 )
 from operator_kit.manifests import crd
 from operator_kit.runtime.objects import resource_of
+from operator_kit.runtime.runner import ControllerRunner
+from operator_kit.runtime.watching import Informers
 
 
 @dataclass
@@ -266,3 +273,119 @@ def test_a_member_that_may_write_writes_its_entry_on_the_hub() -> None:
     side.reconcile(obj, ctx)
     assert ("PATCH", "/api/v1/namespaces/crews/configmaps/alpha") in member.sent
     assert [m for m, p in hub.sent if p.endswith("/crews/alpha/status")] == ["PATCH"]
+
+
+class Writes(Recording):
+    """A Recording that keeps each request's body too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bodies: list[tuple[str, str, Any]] = []
+
+    def request(self, method: str, path: str, **options: Any) -> Any:
+        self.bodies.append((method, path, options.get("body")))
+        answer = super().request(method, path, **options)
+        return {"metadata": {"resourceVersion": "1"}} if method == "POST" else answer
+
+    def entries_written(self) -> list[tuple[str, Any]]:
+        """(field manager's cluster, the clusters list written) for each status apply."""
+        return [(path, (body.get("status") or {}).get("clusters"))
+                for method, path, body in self.bodies
+                if method == "PATCH" and path.endswith("/status")]
+
+
+def read_crew(entries: list[dict[str, Any]], deleting: bool = False) -> Crew:
+    meta: dict[str, Any] = {"name": "alpha", "namespace": "ns", "uid": "u-1",
+                            "generation": 1, "finalizers": [CrewSync.finalizer]}
+    if deleting:
+        meta["deletionTimestamp"] = dt.datetime.now(dt.timezone.utc).strftime(
+            "%Y-%m-%dT%H:%M:%SZ")
+    return Crew.from_dict({"apiVersion": Crew.api_version(), "kind": "Crew", "metadata": meta,
+                           "spec": {"size": 1}, "status": {"clusters": entries}})
+
+
+def hub_side(provider: StaticClusters, *, answered: bool) -> tuple[CrewSync, Context, Writes]:
+    """A FanOut's hub side on a fleet whose members have not started (this replica does
+    not lead yet: nothing joins), after the provider's first answer or before it."""
+    controller = CrewSync()
+    hub = Writes()
+    fleet = Fleet("crew-operator", [controller], provider, may_reconcile=lambda: False)
+    if answered:
+        fleet.sync()
+    assert fleet.members() == {}
+    controller.attach(fleet, lambda: hub)
+    ctx = Context(hub, field_manager="crew-operator", controller="crew",
+                  recorder=EventRecorder(hub, "crew-operator"))
+    return controller, ctx, hub
+
+
+APPLIED = ready_entry("east", "True", "Applied", "1 children applied", 1, None)
+
+
+def test_before_the_provider_answers_no_entry_is_removed_and_no_deletion_completes() -> None:
+    """Right after a start or a failover the fleet runs no member yet: that says nothing
+    about which clusters exist, so nothing is taken for a cluster that left."""
+    controller, ctx, hub = hub_side(StaticClusters({"east": "/nonexistent"}), answered=False)
+    action = controller.reconcile(read_crew([APPLIED]), ctx)
+    assert action is not None and action.requeue_after is not None
+    assert hub.entries_written() == []
+    with pytest.raises(MembersUnreachable, match="cluster provider has not answered yet"):
+        controller.cleanup(read_crew([APPLIED], deleting=True), ctx)
+    assert [m for m, _p, _b in hub.bodies if m == "DELETE"] == []
+
+
+def test_a_named_cluster_that_runs_no_member_is_unreachable_not_gone() -> None:
+    """A cluster still joining, or rejoining after its kubeconfig changed, keeps its entry
+    (said Unreachable) and its children keep the hub object's finalizer."""
+    controller, ctx, hub = hub_side(StaticClusters({"east": "/nonexistent"}), answered=True)
+    controller.reconcile(read_crew([APPLIED]), ctx)
+    [(_path, written)] = hub.entries_written()
+    assert written is not None and written[0]["name"] == "east"
+    assert written[0]["conditions"][0]["reason"] == "Unreachable"
+    assert written[0]["conditions"][0]["message"] == NOT_RUNNING
+    with pytest.raises(MembersUnreachable, match="east: not running here yet"):
+        controller.cleanup(read_crew([APPLIED], deleting=True), ctx)
+
+
+def test_a_cluster_the_provider_no_longer_names_has_its_entry_removed() -> None:
+    controller, ctx, hub = hub_side(StaticClusters({}), answered=True)
+    controller.reconcile(read_crew([APPLIED]), ctx)
+    assert hub.entries_written() == [
+        ("/apis/fanout.operator-kit.test/v1/namespaces/ns/crews/alpha/status", None)]
+    controller.cleanup(read_crew([APPLIED], deleting=True), ctx)  # nothing left to wait for
+
+
+class Serving(Recording):
+    """A Recording that answers GETs of `objects` (path -> object) and 404 for others."""
+
+    def __init__(self, objects: dict[str, Any]) -> None:
+        super().__init__()
+        self.objects = objects
+
+    def request(self, method: str, path: str, **options: Any) -> Any:
+        answer = super().request(method, path, **options)
+        if method == "GET" and path not in DISCOVERY:
+            if path not in self.objects:
+                raise ApiException(status=404, reason="Not Found")
+            return self.objects[path]
+        return answer
+
+
+def test_a_member_asks_the_hub_whether_its_hub_object_is_gone() -> None:
+    """A member's child apply refused with 404 (its namespace missing, say) is a failure
+    to retry: the hub object still exists. Asked of the member's API server, which does
+    not serve the hub kind, the 404 read as 'deleted meanwhile', and the key was dropped."""
+    path = resource_of(Crew).path("ns", "alpha")
+    hub = Serving({path: {"metadata": {"name": "alpha", "uid": "u-1"}}})
+    member = Serving({})
+    stop = threading.Event()
+    informers = Informers(member, stop, cluster="m1", elsewhere={resource_of(Crew): hub})
+    side = MemberSide(CrewSync(), "m1", hub, "crews", informers)
+    runner = ControllerRunner(side, member, field_manager="crews",
+                              recorder=EventRecorder(member, "crews"), stop=stop,
+                              informers=informers, cluster="m1")
+    obj = crew()
+    assert runner._gone(obj) is False
+    hub.objects.clear()
+    assert runner._gone(obj) is True
+    assert [p for m, p in member.sent if m == "GET" and p == path] == []
