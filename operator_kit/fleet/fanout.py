@@ -404,6 +404,14 @@ class MemberSide(Controller[Any]):
             pruned = prune_children(ctx, fanout.child_kinds, f"{HUB_UID}={obj.uid}", applied,
                                     self.informers)
         except Exception as err:
+            # Children applied before the failure are checked as after a whole pass (the
+            # retry may find the hub object gone, and do nothing); the failure is what is
+            # reported, whatever the check runs into.
+            try:
+                self._delete_again_if_deleted(ctx, obj, self._hub_object(obj))
+            except Exception:
+                ctx.log.debug("%s: the check of %s %s after a failed pass failed", self.name,
+                              obj.kind, obj.name, exc_info=True)
             # Refused by the member's API server: ApplyFailed. Not answered at all (a
             # connection error): Unreachable, as the hub side says it.
             refused = isinstance(err, ApiException) and err.status
@@ -421,21 +429,37 @@ class MemberSide(Controller[Any]):
                             f"{len(applied)} children applied", obj.generation, current)
         # The hub object as it is after the applies (the status write answers with it): if
         # its deletion began meanwhile, the hub side's cleanup may have run before them.
-        try:
-            latest = write_entry(hub, obj, fanout.status_field, self.cluster, entry,
-                                 self.operator) if not same_entry(current, entry) else \
-                self.hub.get_or_none(resource_of(type(obj)).path(obj.namespace, obj.name))
-        except ApiException as err:
-            if err.status != 404:
-                raise
-            latest = None
+        if same_entry(current, entry):
+            latest = self._hub_object(obj)
+        else:
+            try:
+                latest = write_entry(hub, obj, fanout.status_field, self.cluster, entry,
+                                     self.operator)
+            except ApiException as err:
+                if err.status != 404:
+                    raise
+                latest = None
+        self._delete_again_if_deleted(ctx, obj, latest)
+        return None
+
+    def _hub_object(self, obj: Any) -> dict[str, Any] | None:
+        """`obj` as the hub has it now (None: gone)."""
+        found: dict[str, Any] | None = self.hub.get_or_none(
+            resource_of(type(obj)).path(obj.namespace, obj.name))
+        return found
+
+    def _delete_again_if_deleted(self, ctx: Context, obj: Any,
+                                 latest: Mapping[str, Any] | None) -> None:
+        """If the hub object (`latest`) is gone or being deleted, delete its children on
+        this member again: the hub side's cleanup may have run before this pass applied
+        them."""
         meta = (latest or {}).get("metadata") or {}
         if meta.get("uid") != obj.uid or meta.get("deletionTimestamp"):
-            deleted = delete_children(ctx.api, fanout.child_kinds, f"{HUB_UID}={obj.uid}")
+            deleted = delete_children(ctx.api, self.fanout.child_kinds,
+                                      f"{HUB_UID}={obj.uid}")
             ctx.log.info("%s: %s %s was deleted while its children were applied on %s: "
                          "deleted them again (%d)", self.name, obj.kind, obj.name,
                          self.cluster, deleted)
-        return None
 
 
 def _map_to_hub(child: Mapping[str, Any], objects: Objects) -> list[tuple[str, str]]:

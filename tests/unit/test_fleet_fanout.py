@@ -256,8 +256,8 @@ def test_a_member_that_may_no_longer_write_writes_no_entry_on_the_hub_either() -
     obj.metadata["finalizers"] = [CrewSync.finalizer]
     with pytest.raises(Fenced, match="no longer holds cluster m1's Lease"):
         side.reconcile(obj, ctx)
-    assert hub.sent == []
-    assert member.sent == []
+    assert [m for m, _p in hub.sent if m != "GET"] == []  # read, never written
+    assert [m for m, _p in member.sent if m != "GET"] == []
 
 
 def test_a_member_that_may_write_writes_its_entry_on_the_hub() -> None:
@@ -389,3 +389,30 @@ def test_a_member_asks_the_hub_whether_its_hub_object_is_gone() -> None:
     hub.objects.clear()
     assert runner._gone(obj) is True
     assert [p for m, p in member.sent if m == "GET" and p == path] == []
+
+
+class Refusing(Serving):
+    """A member whose API server refuses every apply (404: the namespace is missing)."""
+
+    def request(self, method: str, path: str, **options: Any) -> Any:
+        if method == "PATCH":
+            self.sent.append((method, path))
+            raise ApiException(status=404, reason="Not Found")
+        return super().request(method, path, **options)
+
+
+def test_a_failed_pass_still_deletes_what_it_applied_when_the_hub_object_is_gone() -> None:
+    """The hub side's cleanup may run while a member's pass applies children; when the
+    pass then fails, its retry finds the hub object gone and does nothing — so the failed
+    pass itself looks at the hub object and deletes its children again."""
+    hub = Serving({})  # the hub object is gone (its cleanup ran, the finalizer removed)
+    member = Refusing({"/api/v1/configmaps": {"items": [
+        {"metadata": {"name": "alpha", "namespace": "crews"}}]}})
+    ctx = Context(member, field_manager="crews", controller="crewsync",
+                  recorder=EventRecorder(member, "crews"), cluster="m1")
+    side = MemberSide(CrewSync(), "m1", hub, "crews")
+    obj = crew()
+    obj.metadata["finalizers"] = [CrewSync.finalizer]
+    with pytest.raises(ApiException):
+        side.reconcile(obj, ctx)
+    assert ("DELETE", "/api/v1/namespaces/crews/configmaps/alpha") in member.sent
