@@ -396,7 +396,7 @@ class MemberSide(Controller[Any]):
             return None  # the hub side adds it first; that change queues obj again
         current = entries(obj, fanout.status_field).get(self.cluster)
         # Its entry on the hub is written under its own writes' fences: a reconcile past
-        # its timeout, or on a replica that lost this cluster's Lease, writes nothing there.
+        # its timeout, whose writes to the member are refused, writes nothing there either.
         hub = fenced_like(self.hub, ctx.api)
         try:
             applied = apply_children(ctx, obj, fanout.children(obj, self.cluster),
