@@ -405,10 +405,12 @@ class MemberSide(Controller[Any]):
                                     self.informers)
         except Exception as err:
             # Children applied before the failure are checked as after a whole pass (the
-            # retry may find the hub object gone, and do nothing); the failure is what is
-            # reported, whatever the check runs into.
+            # retry may find the hub object gone, and do nothing). Gone or being deleted:
+            # the failure (often the namespace's deletion itself) has nothing left to
+            # report or retry. Otherwise the failure is reported, whatever the check ran into.
             try:
-                self._delete_again_if_deleted(ctx, obj, self._hub_object(obj))
+                if self._delete_again_if_deleted(ctx, obj, self._hub_object(obj)):
+                    return None
             except Exception:
                 ctx.log.debug("%s: the check of %s %s after a failed pass failed", self.name,
                               obj.kind, obj.name, exc_info=True)
@@ -449,17 +451,18 @@ class MemberSide(Controller[Any]):
         return found
 
     def _delete_again_if_deleted(self, ctx: Context, obj: Any,
-                                 latest: Mapping[str, Any] | None) -> None:
+                                 latest: Mapping[str, Any] | None) -> bool:
         """If the hub object (`latest`) is gone or being deleted, delete its children on
-        this member again: the hub side's cleanup may have run before this pass applied
-        them."""
+        this member again (the hub side's cleanup may have run before this pass applied
+        them) and say so."""
         meta = (latest or {}).get("metadata") or {}
-        if meta.get("uid") != obj.uid or meta.get("deletionTimestamp"):
-            deleted = delete_children(ctx.api, self.fanout.child_kinds,
-                                      f"{HUB_UID}={obj.uid}")
-            ctx.log.info("%s: %s %s was deleted while its children were applied on %s: "
-                         "deleted them again (%d)", self.name, obj.kind, obj.name,
-                         self.cluster, deleted)
+        if meta.get("uid") == obj.uid and not meta.get("deletionTimestamp"):
+            return False
+        deleted = delete_children(ctx.api, self.fanout.child_kinds, f"{HUB_UID}={obj.uid}")
+        ctx.log.info("%s: %s %s was deleted while its children were applied on %s: "
+                     "deleted them again (%d)", self.name, obj.kind, obj.name,
+                     self.cluster, deleted)
+        return True
 
 
 def _map_to_hub(child: Mapping[str, Any], objects: Objects) -> list[tuple[str, str]]:
