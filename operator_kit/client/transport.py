@@ -42,6 +42,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.connection import HTTPConnection
 
 from operator_kit import metrics, tracing
+from operator_kit.client import deadlines
 from operator_kit.client import kubeconfig as kubeconfig_files
 from operator_kit.client.kubeconfig import ConfigurationError as ConfigurationError
 
@@ -359,6 +360,7 @@ class Transport:
             pool = kubernetes_rest.RESTClientObject(self.configuration).pool_manager
         self.pool: urllib3.PoolManager = pool
         self.retries = urllib3_retries(getattr(pool, "connection_pool_kw", {}).get("retries"))
+        self.reaped = deadlines.use_reaper(pool)  # requests wait on blocking sockets
         # (code, method) -> the children of the request counter and histogram (`_metrics`)
         self._children: dict[tuple[str, str], tuple[Any, Any]] = {}
 
@@ -392,18 +394,13 @@ class Transport:
         watch = method == "GET" and any(k == "watch" and v == "true" for k, v in params)
         with _counts_lock:
             _counts["WATCH" if watch else method, path] += 1
-        options: dict[str, Any] = {}
-        if isinstance(timeout, tuple):
-            options["timeout"] = urllib3.Timeout(connect=timeout[0], read=timeout[1])
-        elif timeout:
-            options["timeout"] = urllib3.Timeout(total=timeout)
         started = time.monotonic()
         code, span = "<error>", tracing.start_call(method, path, sent)
         try:
-            try:
-                response = self.pool.request(method, url, body=data, headers=sent,
-                                             preload_content=False, retries=self.retries,
-                                             **options)
+            try:  # a deadline kept by the reaper, or a socket timeout (deadlines.py)
+                response = deadlines.request(
+                    self.pool, method, url, timeout, reaped=self.reaped and not stream,
+                    body=data, headers=sent, preload_content=False, retries=self.retries)
             except urllib3.exceptions.SSLError as err:
                 raise ApiException(status=0, reason=f"{type(err).__name__}\n{err}") from err
             code = str(response.status)

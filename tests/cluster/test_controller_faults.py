@@ -452,3 +452,30 @@ def test_connections_to_the_api_server_carry_tcp_keepalive(cluster: TestCluster)
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL) == KEEPALIVE_INTERVAL
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == KEEPALIVE_COUNT
     fresh.close()
+
+
+@pytest.mark.parametrize("method", ["GET", "POST"])
+def test_a_request_the_api_server_stops_answering_ends_at_its_deadline(
+        namespace: Namespace, cluster: TestCluster, proxy: TcpProxy, method: str) -> None:
+    """A request waits on a blocking socket (cheaper than a socket timeout: deadlines.py)
+    and the reaper ends it at its deadline; the connections recover once the server
+    answers again."""
+    import urllib3
+
+    from operator_kit.client import deadlines
+    from operator_kit.client.transport import Api
+
+    api = Api(proxied_client(cluster.client, proxy))
+    path = f"/api/v1/namespaces/{namespace.name}/configmaps"
+    api.request("GET", path)  # a connection, made and back in the pool
+    proxy.pause()  # sockets stay open, nothing passes: only the deadline can end it
+    reaped, started = deadlines.REAPER.reaped, time.monotonic()
+    with pytest.raises(urllib3.exceptions.ReadTimeoutError, match=r"deadline=6s"):
+        api.request(method, path, timeout=6.0, body={
+            "metadata": {"name": "late"}, "data": {}} if method == "POST" else None)
+    elapsed = time.monotonic() - started
+    print(f"\n{method} to a stalled API server ended after {elapsed:.2f}s (deadline 6s)")
+    assert 6.0 <= elapsed < 7.0
+    assert deadlines.REAPER.reaped > reaped, "ended by the reaper, not by a socket timeout"
+    proxy.resume()
+    assert api.request("GET", path)["kind"] == "ConfigMapList"
