@@ -195,6 +195,30 @@ def _report(reconciles: int, errors: int, module: str = "") -> None:
           flush=True)
 
 
+def _thread_report() -> None:
+    """Where this worker's CPU went, on stderr (its log): each live thread's CPU seconds
+    and voluntary context switches (times it blocked), from /proc, threads of one name
+    (digits dropped) summed, busiest first. Read while the threads still run."""
+    totals: dict[str, list[float]] = {}
+    for thread in threading.enumerate():
+        task = Path(f"/proc/self/task/{thread.native_id}")
+        try:
+            fields = (task / "stat").read_text().rpartition(")")[2].split()
+            status = (task / "status").read_text()
+        except OSError:
+            continue
+        switches = next(int(line.split()[1]) for line in status.splitlines()
+                        if line.startswith("voluntary_ctxt_switches"))
+        name = "".join(c for c in thread.name if not c.isdigit()).rstrip("-_ ")
+        row = totals.setdefault(name, [0, 0.0, 0])
+        row[0] += 1
+        row[1] += (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        row[2] += switches
+    print("threads: name, count, CPU s, voluntary switches", file=sys.stderr)
+    for name, (count, cpu, switches) in sorted(totals.items(), key=lambda kv: -kv[1][1]):
+        print(f"  {name:<40} {count:>3} {cpu:>8.2f} {switches:>9}", file=sys.stderr)
+
+
 def worker_operator_kit(kubeconfig: str, namespace: str, threads: int, owns: bool,
                         skip_echoes: bool) -> None:
     """The operator_kit contender: one Controller in an Operator, until stdin closes."""
@@ -229,6 +253,7 @@ def worker_operator_kit(kubeconfig: str, namespace: str, threads: int, owns: boo
         raise SystemExit("operator_kit worker: caches did not sync within 120 s")
     try:
         _serve_until_stdin_closes()
+        _thread_report()
     finally:
         operator.stop(10)
     errors = sum(s.value for m in REGISTRY.collect()  # with or without a cluster label
@@ -362,6 +387,7 @@ def worker_baseline(kubeconfig: str, namespace: str, threads: int, owns: bool) -
                          daemon=True).start()
     threading.Thread(target=watch_loop, args=(list_all(),), name="watch", daemon=True).start()
     _serve_until_stdin_closes()
+    _thread_report()
     if any(name.startswith("operator_kit") for name in sys.modules):
         raise SystemExit("baseline worker imported operator_kit")
     if owns:
@@ -713,7 +739,7 @@ def _format(results: list[RunResult]) -> str:
 def _cpu_lines(results: list[RunResult], count: int) -> list[str]:
     """The contenders' CPU per 1,000 objects at `count` (medians of rounds), operator_kit
     against the baseline (the goal: no more) and against each --before tree (CPU and
-    throughput)."""
+    throughput); for each like-for-like pair, the ratio round by round as well."""
     cpu: dict[str, float] = {}
     rate: dict[str, float] = {}
     for contender in dict.fromkeys(r.contender for r in results):
@@ -722,9 +748,8 @@ def _cpu_lines(results: list[RunResult], count: int) -> list[str]:
         if runs:
             cpu[contender] = statistics.median(r.cpu_per_1k for r in runs)
             rate[contender] = statistics.median(r.per_second for r in runs)
-    if "operator_kit" not in cpu:
+    if not cpu:
         return []
-    kit = cpu["operator_kit"]
     rows = [f"N={count}: CPU s per 1,000 objects (median of rounds): " + ", ".join(
         f"{name} {value:.2f}" for name, value in cpu.items())]
     for name in (n for n in (OWNS, OWNS_SKIP) if n in cpu and "baseline" in cpu):
@@ -734,16 +759,40 @@ def _cpu_lines(results: list[RunResult], count: int) -> list[str]:
         rows.append(f"N={count}: {OWNS_SKIP}/{BASELINE_OWNS} CPU = "
                     f"{cpu[OWNS_SKIP] / cpu[BASELINE_OWNS]:.2f}x, throughput = "
                     f"{rate[OWNS_SKIP] / rate[BASELINE_OWNS]:.2f}x")
-    if "baseline" in cpu:
+    if "operator_kit" in cpu and "baseline" in cpu:
+        kit = cpu["operator_kit"]
         verdict = "meets" if kit <= cpu["baseline"] else "MISSES"
         rows.append(f"N={count}: operator_kit/baseline CPU = {kit / cpu['baseline']:.2f}x "
                     f"({verdict} the <= 1.00x goal)")
     for tree in (name for name in cpu if name.startswith(TREE_PREFIX)):
-        rows.append(f"N={count}: operator_kit/{tree} CPU = {kit / cpu[tree]:.2f}x, "
-                    f"throughput = {rate['operator_kit'] / rate[tree]:.2f}x "
-                    f"({rate['operator_kit']:.1f} / {rate[tree]:.1f} objects/s; "
-                    f"after / before this tree's changes)")
+        if "operator_kit" in cpu:
+            rows.append(f"N={count}: operator_kit/{tree} CPU = "
+                        f"{cpu['operator_kit'] / cpu[tree]:.2f}x, throughput = "
+                        f"{rate['operator_kit'] / rate[tree]:.2f}x "
+                        f"({rate['operator_kit']:.1f} / {rate[tree]:.1f} objects/s; "
+                        f"after / before this tree's changes)")
+    for kit_name, base_name in ((OWNS_SKIP, BASELINE_OWNS), ("operator_kit", "baseline")):
+        rows.extend(_paired_line(results, count, kit_name, base_name))
     return rows
+
+
+def _paired_line(results: list[RunResult], count: int, kit: str, base: str) -> list[str]:
+    """`kit`'s CPU per 1,000 objects over `base`'s, round by round: the two run back to
+    back in each round (in alternating order), so a round's ratio is spared the drift
+    between rounds (a plane growing slower, other work on the machine) that the medians
+    carry. Printed with its spread, so a difference smaller than the noise reads as one."""
+    def by_round(contender: str) -> dict[int, float]:
+        return {r.round: r.cpu_per_1k for r in results
+                if (r.count, r.contender) == (count, contender) and r.converged == r.count}
+
+    kits, bases = by_round(kit), by_round(base)
+    ratios = [kits[n] / bases[n] for n in sorted(kits.keys() & bases.keys())]
+    if len(ratios) < 2:
+        return []
+    return [f"N={count}: {kit}/{base} CPU round by round: "
+            + " ".join(f"{ratio:.2f}" for ratio in ratios)
+            + f" (median {statistics.median(ratios):.2f}, range {min(ratios):.2f}-"
+              f"{max(ratios):.2f})"]
 
 
 @contextlib.contextmanager
