@@ -128,7 +128,6 @@ class Reaper:
                         except OSError:
                             pass  # closed already: nothing waits on it
 
-
     def forget_after_fork(self) -> None:
         """In a forked child (gunicorn's workers): the parent's thread is not here, and
         its requests are not this process's."""
