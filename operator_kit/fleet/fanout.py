@@ -405,22 +405,22 @@ class MemberSide(Controller[Any]):
                                     self.informers)
         except Exception as err:
             # Children applied before the failure are checked as after a whole pass (the
-            # retry may find the hub object gone, and do nothing). Gone or being deleted:
-            # the failure (often the namespace's deletion itself) has nothing left to
-            # report or retry. Otherwise the failure is reported, whatever the check ran into.
+            # retry may find the hub object gone, and do nothing); the failure is what is
+            # reported, whatever the check runs into.
+            gone = False
             try:
-                if self._delete_again_if_deleted(ctx, obj, self._hub_object(obj)):
-                    return None
+                gone = self._delete_again_if_deleted(ctx, obj, self._hub_object(obj))
             except Exception:
                 ctx.log.debug("%s: the check of %s %s after a failed pass failed", self.name,
                               obj.kind, obj.name, exc_info=True)
             # Refused by the member's API server: ApplyFailed. Not answered at all (a
-            # connection error): Unreachable, as the hub side says it.
+            # connection error): Unreachable, as the hub side says it. Not on a hub object
+            # that is gone or going: its 404 would hide the failure.
             refused = isinstance(err, ApiException) and err.status
             entry = ready_entry(self.cluster, "False" if refused else "Unknown",
                                 "ApplyFailed" if refused else "Unreachable",
                                 error_message(err), obj.generation, current)
-            if not same_entry(current, entry):
+            if not gone and not same_entry(current, entry):
                 write_entry(hub, obj, fanout.status_field, self.cluster, entry,
                             self.operator)
             raise
