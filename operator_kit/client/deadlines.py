@@ -54,13 +54,23 @@ class Deadline:
         self._sock: socket.socket | None = None
         self._reaper = reaper
 
+    def passed(self) -> bool:
+        """Whether the deadline has passed (the reaper may not have looked yet)."""
+        return self.expired or time.monotonic() >= self.at
+
+    def left(self) -> float:
+        """Seconds left; `TimeoutError` when there are none (a retry after the deadline
+        must not wait again)."""
+        left = self.at - time.monotonic()
+        if self.expired or left <= 0:
+            self.expired = True
+            raise TimeoutError("the request's deadline passed")
+        return left
+
     def attach(self, sock: Any) -> None:
-        """The request is about to be sent on `sock`; `TimeoutError` when the deadline
-        has passed already (a retry after it passed must not wait again)."""
+        """The request is about to be sent on `sock` (`TimeoutError` if too late)."""
         with self._reaper.lock:
-            if self.expired or time.monotonic() >= self.at:
-                self.expired = True
-                raise TimeoutError("the request's deadline passed")
+            self.left()
             self._sock = sock
 
     def detach(self) -> None:
@@ -140,7 +150,11 @@ REAPER = Reaper()
 """The process's reaper: deadlines are a property of requests, not of one client."""
 os.register_at_fork(after_in_child=REAPER.forget_after_fork)
 
-_waiting = threading.local()  # .deadline: the request this thread is sending, if any
+class _Waiting(threading.local):
+    deadline: Deadline | None = None  # the request this thread is sending, if any
+
+
+_waiting = _Waiting()
 
 
 class _Waits:
@@ -156,18 +170,15 @@ class _Waits:
     timeout: Any
 
     def connect(self) -> None:
-        deadline: Deadline | None = getattr(_waiting, "deadline", None)
+        deadline = _waiting.deadline
         if deadline is not None:
-            left = deadline.at - time.monotonic()
-            if left <= 0:
-                deadline.expired = True
-                raise TimeoutError("the request's deadline passed")
+            left = deadline.left()
             self.timeout = (min(self.timeout, left)
                             if isinstance(self.timeout, int | float) else left)
         super().connect()  # type: ignore[misc]
 
     def request(self, *args: Any, **kwargs: Any) -> None:
-        deadline: Deadline | None = getattr(_waiting, "deadline", None)
+        deadline = _waiting.deadline
         if deadline is not None:
             if self.sock is None:  # plain HTTP connects lazily: do it here, bounded
                 self.connect()
@@ -190,28 +201,25 @@ class _TLSConnection(_Waits, urllib3.connection.HTTPSConnection):
     pass
 
 
-def _put_conn(pool: Any, put: Any, conn: Any) -> None:
-    """A connection goes back to the pool (urllib3 does so as soon as an answer is read
-    to its end): detach the deadline of the request it carried before anyone reuses it."""
-    deadline = getattr(conn, "deadline", None)
-    if deadline is not None:
-        deadline.detach()
-        conn.deadline = None
-    put(pool, conn)
+class _Returns:
+    """What the pools below add: a connection goes back to the pool (urllib3 does so as
+    soon as an answer is read to its end) with its request's deadline detached, before
+    anyone reuses it."""
+
+    def _put_conn(self, conn: Any) -> None:
+        deadline = getattr(conn, "deadline", None)
+        if deadline is not None:
+            deadline.detach()
+            conn.deadline = None
+        super()._put_conn(conn)  # type: ignore[misc]
 
 
-class _Pool(HTTPConnectionPool):
+class _Pool(_Returns, HTTPConnectionPool):
     ConnectionCls = _Connection
 
-    def _put_conn(self, conn: Any) -> None:
-        _put_conn(self, HTTPConnectionPool._put_conn, conn)
 
-
-class _TLSPool(HTTPSConnectionPool):
+class _TLSPool(_Returns, HTTPSConnectionPool):
     ConnectionCls = _TLSConnection
-
-    def _put_conn(self, conn: Any) -> None:
-        _put_conn(self, HTTPSConnectionPool._put_conn, conn)
 
 
 def use_reaper(pool: Any) -> bool:
@@ -255,7 +263,7 @@ def request(pool: Any, method: str, url: str, timeout: float | tuple[float, floa
         response.data  # noqa: B018 - the body, within the deadline
         return response
     except Exception as err:
-        if deadline.expired or time.monotonic() >= deadline.at:
+        if deadline.passed():
             raise urllib3.exceptions.ReadTimeoutError(
                 pool, url, f"Read timed out. (deadline={timeout:g}s)") from err
         raise
