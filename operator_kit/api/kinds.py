@@ -17,6 +17,7 @@ found by discovery when the operator starts (`operator_kit.client.Api.resource_f
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from typing import Any, Union
@@ -77,11 +78,7 @@ class Kind:
         if isinstance(spec, Kind):
             return spec
         if isinstance(spec, str):
-            api_version, _, kind = spec.rpartition("/")
-            if not api_version or not kind or api_version.count("/") > 1:
-                raise ValueError(f"kind {spec!r} must read 'group/version/Kind', "
-                                 "e.g. 'batch/v1/CronJob' or 'v1/ConfigMap'")
-            return cls(api_version, kind)
+            return _parsed(spec)
         if isinstance(spec, type) and issubclass(spec, CustomResource):
             return cls(spec.api_version(), spec.kind, spec.plural, spec)
         if isinstance(spec, type) and hasattr(spec, "openapi_types"):
@@ -128,3 +125,12 @@ class Kind:
 
     def __str__(self) -> str:
         return f"{self.api_version}/{self.kind}"
+
+
+@functools.lru_cache(maxsize=512)  # the few kinds an operator names, parsed per write
+def _parsed(spec: str) -> Kind:
+    api_version, _, kind = spec.rpartition("/")
+    if not api_version or not kind or api_version.count("/") > 1:
+        raise ValueError(f"kind {spec!r} must read 'group/version/Kind', "
+                         "e.g. 'batch/v1/CronJob' or 'v1/ConfigMap'")
+    return Kind(api_version, kind)

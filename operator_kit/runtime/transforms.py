@@ -106,7 +106,9 @@ class Transformer:
     def __call__(self, obj: dict[str, Any]) -> dict[str, Any]:
         """`obj` transformed: what the cache holds."""
         for function in (self.default, self.kind):
-            if function is not None:
+            if function is drop_managed_fields:  # ours: keeps what identifies the object
+                obj = drop_managed_fields(obj)
+            elif function is not None:
                 obj = self._apply(function, obj)
         return obj
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
 import enum
 from collections.abc import Sequence
@@ -12,6 +13,7 @@ import pytest
 from dataclasses_json import LetterCase, config, dataclass_json
 
 from operator_kit.api.schema import InvalidValue, SchemaError, schema_for, shape_of
+from operator_kit.api.shapes import json_copy
 
 
 class Mode(enum.Enum):
@@ -533,3 +535,32 @@ def test_any_values_are_copied_through() -> None:
     value = {"a": [1, {"b": None}]}
     decoded = shape_of(Any).decode(value, "x")
     assert decoded == value and decoded is not value
+
+
+# -- json_copy: the deep copy objects read from the API are taken with ------------------
+
+
+def test_json_copy_copies_every_dict_and_list_so_no_change_reaches_the_original() -> None:
+    original = {"metadata": {"name": "a", "labels": {"app": "x"},
+                             "ownerReferences": [{"uid": "u", "controller": True}]},
+                "spec": {"sizes": [1, 2.5, None, "s", False]}}
+    copied = json_copy(original)
+    assert copied == original
+    copied["metadata"]["labels"]["app"] = "y"
+    copied["metadata"]["ownerReferences"][0]["uid"] = "v"
+    copied["spec"]["sizes"].append(3)
+    assert original["metadata"]["labels"] == {"app": "x"}
+    assert original["metadata"]["ownerReferences"] == [{"uid": "u", "controller": True}]
+    assert original["spec"]["sizes"] == [1, 2.5, None, "s", False]
+
+
+def test_json_copy_hands_what_json_does_not_decode_to_copy_deepcopy() -> None:
+    when = dt.datetime(2026, 12, 6, tzinfo=dt.timezone.utc)
+    nested = collections.OrderedDict(items=[{"tags": {"a", "b"}}])
+    original = {"when": when, "nested": nested, "pair": (["x"], 1)}
+    copied = json_copy(original)
+    assert copied == original
+    assert type(copied["nested"]) is collections.OrderedDict
+    assert copied["nested"] is not nested and copied["nested"]["items"][0]["tags"] is not \
+        nested["items"][0]["tags"]
+    assert copied["pair"][0] is not original["pair"][0]
