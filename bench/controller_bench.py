@@ -5,6 +5,9 @@ Usage::
     python bench/controller_bench.py                  # N = 1000 and 5000, T = 8 threads
     python bench/controller_bench.py --counts 200 --rounds 1   # a quick smoke run
     python bench/controller_bench.py --kubeconfig K   # use this cluster, start no plane
+    python bench/controller_bench.py --counts 1000 --instructions \
+        --contenders baseline+owns,operator_kit+owns+skip  # instructions, not CPU seconds
+    python bench/controller_bench.py --profile DIR    # each worker's yappi profile
 
 Method
 ------
@@ -73,6 +76,8 @@ Figures per run:
   all N created at once this is mostly time spent waiting in the contender's queue);
 - **RSS MB**: the contender process's peak resident memory (``VmHWM``);
 - **CPU s**: the contender's CPU seconds from the first create to convergence;
+- **sys %**: the share of those CPU seconds spent in the kernel (system calls,
+  context switches), which ``--instructions`` does not count;
 - **CPU s/1k**: the same per 1,000 objects; the summary gives each contender's median
   over the rounds and operator_kit's ratio to the baseline (the goal: at most 1.00x) and
   to ``operator_kit@before``;
@@ -81,7 +86,19 @@ Figures per run:
 - **idle CPU %**: the contender's CPU seconds / wall seconds over the idle window, as a
   percentage of one core;
 - **create/s**: how fast the creator got the objects in (an upper bound on conv/s);
-- **reconciles**: reconcile calls the contender made (N when nothing is repeated).
+- **reconciles**: reconcile calls the contender made (N when nothing is repeated);
+- **Minstr/1k** (only with ``--instructions``): millions of instructions the contender
+  executed from the first create to convergence, per 1,000 objects.
+
+CPU seconds on a small shared machine scatter by tens of percent from run to run, more
+than the difference being measured. ``--instructions`` runs each contender under
+valgrind's callgrind with instrumentation off, switches it on (``callgrind_control -i
+on``) just before the creator starts and off at convergence, and reads the instructions
+counted in between: the same work counts the same whatever else the machine does (two
+runs of one Python program differ by under 1 %). The contenders then run about 60 times
+slower, so the API server is idle by comparison and events arrive in larger batches than
+they would; both contenders get the same treatment, and the instruction ratio is the
+like-for-like figure. It does not count time spent waiting, nor what the kernel does.
 
 The baseline uses the client as a plain script would: the ConfigMap apply returns a
 deserialised ``V1ConfigMap``, the status patch a dict. Everything shares the machine (the
@@ -130,6 +147,7 @@ FIELD_MANAGER = "controller-bench"
 TARGET_RATIO = 0.8
 TARGET_RSS_MB = 150.0
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+PROFILE_ENV = "CONTROLLER_BENCH_PROFILE"  # set for a worker: where its yappi stats go
 
 
 # -- what each contender does per object --------------------------------------------------
@@ -182,10 +200,20 @@ def _kube_client(kubeconfig: str, pool: int) -> k8s.ApiClient:
 
 
 def _serve_until_stdin_closes() -> None:
-    """Tell the parent we are ready, then wait until it closes our stdin."""
+    """Tell the parent we are ready, then wait until it closes our stdin; with
+    ``--profile``, every thread is profiled (yappi, CPU clock) meanwhile."""
+    profile = os.environ.get(PROFILE_ENV)
+    if profile:
+        import yappi  # type: ignore[import-not-found,unused-ignore]
+
+        yappi.set_clock_type("cpu")
+        yappi.start()
     print("ready", flush=True)
     for _ in sys.stdin:
         pass
+    if profile:
+        yappi.stop()
+        yappi.get_func_stats().save(profile, type="pstat")
 
 
 def _report(reconciles: int, errors: int, module: str = "") -> None:
@@ -453,18 +481,25 @@ class RunResult:
     p99_ms: float = float("nan")
     peak_rss_mb: float = float("nan")
     busy_cpu_s: float = float("nan")
+    busy_kernel_s: float = float("nan")  # of which in the kernel (system time)
     module: str = ""
     server_cpu_s: float = float("nan")
     idle_cpu_pct: float = float("nan")
     create_per_s: float = float("nan")
     reconciles: int = 0
     errors: int = 0
+    instructions: float = float("nan")  # with --instructions: counted while busy
     notes: list[str] = field(default_factory=list)
 
     @property
     def cpu_per_1k(self) -> float:
         """The contender's CPU seconds per 1,000 objects converged."""
         return 1000 * self.busy_cpu_s / self.count
+
+    @property
+    def minstr_per_1k(self) -> float:
+        """Millions of instructions per 1,000 objects converged (--instructions)."""
+        return self.instructions / self.count / 1000
 
     @property
     def per_second(self) -> float:
@@ -538,8 +573,13 @@ def _lines(response: Any) -> Iterator[bytes]:
 
 def _cpu_seconds(pid: int) -> float:
     """utime + stime of a process, from /proc/<pid>/stat."""
+    return sum(_cpu_split(pid))
+
+
+def _cpu_split(pid: int) -> tuple[float, float]:
+    """A process's CPU seconds in user space and in the kernel, from /proc/<pid>/stat."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    return int(fields[11]) / CLOCK_TICKS, int(fields[12]) / CLOCK_TICKS
 
 
 def _peak_rss_mb(pid: int) -> float:
@@ -547,6 +587,21 @@ def _peak_rss_mb(pid: int) -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def _callgrind(pid: int, instrument: bool) -> None:
+    """Switch callgrind's instrumentation of process `pid` on or off."""
+    subprocess.run(["callgrind_control", "-i", "on" if instrument else "off", str(pid)],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   timeout=60)
+
+
+def _callgrind_total(out_file: Path) -> float:
+    """The instructions a callgrind output file counted (its `totals:` line)."""
+    for line in out_file.read_text().splitlines():
+        if line.startswith("totals:"):
+            return float(line.split()[1])
+    raise RuntimeError(f"{out_file}: no totals line")
 
 
 def _read_line(stream: IO[str], timeout: float) -> str | None:
@@ -577,22 +632,32 @@ class Bench:
         self.options = options
         self.logs = logs
         self.cluster = TestCluster(kubeconfig)
+        self.runs = 0  # numbers each run's callgrind and profile files
 
     def install(self) -> None:
         self.cluster.install_crd(bench_kind())
 
-    def _spawn(self, *args: str, log_name: str, source: str | None = None
+    def _spawn(self, *args: str, log_name: str, source: str | None = None,
+               callgrind_out: Path | None = None, profile: Path | None = None
                ) -> subprocess.Popen[str]:
-        """This script in worker mode; with `source`, importing operator_kit from there."""
+        """This script in worker mode; with `source`, importing operator_kit from there;
+        with `callgrind_out`, under callgrind with its instrumentation off; with
+        `profile`, saving its yappi profile there."""
         env = dict(os.environ)
+        if profile is not None:
+            env[PROFILE_ENV] = str(profile)
+        command = [sys.executable, os.path.abspath(__file__), "--kubeconfig", self.kubeconfig,
+                   *args]
+        if callgrind_out is not None:
+            command = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "-q",
+                       f"--callgrind-out-file={callgrind_out}", *command]
         if source:
             env["PYTHONPATH"] = os.pathsep.join(
                 [source, *filter(None, [env.get("PYTHONPATH")])])
         with open(self.logs / log_name, "w") as log:  # the child keeps its own copy
             return subprocess.Popen(
-                [sys.executable, os.path.abspath(__file__), "--kubeconfig", self.kubeconfig,
-                 *args],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, env=env)
+                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
+                env=env)
 
     def run(self, contender: str, count: int, idle_seconds: float) -> RunResult:
         """One contender reconciling `count` new objects in a namespace of its own."""
@@ -611,24 +676,35 @@ class Bench:
         worker: subprocess.Popen[str] | None = None
         creator: subprocess.Popen[str] | None = None
         watcher: StatusWatch | None = None
+        self.runs += 1
+        counted = (self.logs / f"callgrind-{slug}-{count}-{self.runs}.out"
+                   if options.instructions else None)
+        profile = (Path(options.profile) / f"{slug}-{count}-{self.runs}.pstat"
+                   if options.profile else None)
         try:
             source = options.trees.get(contender)
-            worker = self._spawn(*args, log_name=f"{contender}-{count}.log", source=source)
+            worker = self._spawn(*args, log_name=f"{contender}-{count}.log", source=source,
+                                 callgrind_out=counted, profile=profile)
             assert worker.stdin is not None and worker.stdout is not None
-            if _read_line(worker.stdout, 120) != "ready\n":
+            if _read_line(worker.stdout, 600 if counted else 120) != "ready\n":
                 raise RuntimeError(f"{tag}: the worker did not start; see its log "
                                    f"{self.logs / f'{contender}-{count}.log'}")
             watcher = StatusWatch(self.cluster.api, namespace.name, count)
-            cpu_before = _cpu_seconds(worker.pid)
+            cpu_before = _cpu_split(worker.pid)
             server_before = self._server_cpu()
+            if counted:
+                _callgrind(worker.pid, instrument=True)
             creator = self._spawn("--worker", "create", "--namespace", namespace.name,
                                   "--count", str(count),
                                   "--create-threads", str(options.create_threads),
                                   log_name=f"create-{contender}-{count}.log")
-            deadline = options.timeout_base + count * options.timeout_per_object
+            deadline = options.timeout_base + count * options.timeout_per_object * (
+                100 if counted else 1)
             converged = self._wait(watcher, worker, creator, deadline, tag)
             done_at = time.monotonic()
-            cpu_converged = _cpu_seconds(worker.pid)
+            cpu_converged = _cpu_split(worker.pid)
+            if counted:
+                _callgrind(worker.pid, instrument=False)
             result.server_cpu_s = self._server_cpu() - server_before
             created_out, _ = creator.communicate(timeout=120)
             if creator.returncode != 0:
@@ -643,7 +719,8 @@ class Bench:
             latencies = sorted((seen[name] - sent[name]) * 1000 for name in seen)
             result.p50_ms = _percentile(latencies, 50)
             result.p99_ms = _percentile(latencies, 99)
-            result.busy_cpu_s = cpu_converged - cpu_before
+            result.busy_cpu_s = sum(cpu_converged) - sum(cpu_before)
+            result.busy_kernel_s = cpu_converged[1] - cpu_before[1]
             if not converged:
                 result.notes.append(f"{tag}: only {len(seen)}/{count} converged "
                                     f"within {deadline:.0f}s")
@@ -653,12 +730,14 @@ class Bench:
             result.idle_cpu_pct = 100 * (_cpu_seconds(worker.pid) - idle_cpu) / idle_wall
             result.peak_rss_mb = _peak_rss_mb(worker.pid)
             stopping = time.monotonic()
-            out, _ = worker.communicate(timeout=60)  # closes its stdin: it stops
+            out, _ = worker.communicate(timeout=600 if counted else 60)  # it stops
             print(f"  {tag}: worker stopped in {time.monotonic() - stopping:.1f}s",
                   file=sys.stderr)
             counts = json.loads(out.strip().splitlines()[-1])
             result.reconciles, result.errors = counts["reconciles"], counts["errors"]
             result.module = counts.get("module", "")
+            if counted:
+                result.instructions = _callgrind_total(counted)
             if source and not Path(result.module).is_relative_to(Path(source).resolve()):
                 raise RuntimeError(f"{tag}: the worker ran operator_kit from {result.module}, "
                                    f"not from --before {source}")
@@ -701,16 +780,21 @@ class Bench:
 
 
 def _format(results: list[RunResult]) -> str:
+    counted = any(r.instructions == r.instructions for r in results)  # not all NaN
     header = (f"{'N':>6} {'round':>5}  {'contender':<22} {'conv/s':>7} {'p50 ms':>7} "
-              f"{'p99 ms':>7} {'RSS MB':>7} {'CPU s':>6} {'CPU s/1k':>8} {'server CPU s':>12} "
-              f"{'idle CPU %':>10} {'create/s':>8} {'reconciles':>10} {'errors':>6}")
+              f"{'p99 ms':>7} {'RSS MB':>7} {'CPU s':>6} {'sys %':>5} {'CPU s/1k':>8} "
+              f"{'server CPU s':>12} "
+              f"{'idle CPU %':>10} {'create/s':>8} {'reconciles':>10} {'errors':>6}"
+              + (f" {'Minstr/1k':>10}" if counted else ""))
     rows = [header, "-" * len(header)]
     for r in results:
         rows.append(f"{r.count:>6} {r.round:>5}  {r.contender:<22} {r.per_second:>7.1f} "
                     f"{r.p50_ms:>7.0f} {r.p99_ms:>7.0f} {r.peak_rss_mb:>7.1f} "
-                    f"{r.busy_cpu_s:>6.1f} {r.cpu_per_1k:>8.2f} {r.server_cpu_s:>12.1f} "
+                    f"{r.busy_cpu_s:>6.1f} {100 * r.busy_kernel_s / r.busy_cpu_s:>5.0f} "
+                    f"{r.cpu_per_1k:>8.2f} {r.server_cpu_s:>12.1f} "
                     f"{r.idle_cpu_pct:>10.2f} "
-                    f"{r.create_per_s:>8.1f} {r.reconciles:>10} {r.errors:>6}")
+                    f"{r.create_per_s:>8.1f} {r.reconciles:>10} {r.errors:>6}"
+                    + (f" {r.minstr_per_1k:>10.0f}" if counted else ""))
     rows.append("")
     for count in sorted({r.count for r in results}):
         def median(contender: str, count: int = count) -> float:
@@ -771,25 +855,32 @@ def _cpu_lines(results: list[RunResult], count: int) -> list[str]:
                         f"{rate['operator_kit'] / rate[tree]:.2f}x "
                         f"({rate['operator_kit']:.1f} / {rate[tree]:.1f} objects/s; "
                         f"after / before this tree's changes)")
-    for kit_name, base_name in ((OWNS_SKIP, BASELINE_OWNS), ("operator_kit", "baseline")):
-        rows.extend(_paired_line(results, count, kit_name, base_name))
+    pairs = [(OWNS_SKIP, BASELINE_OWNS), ("operator_kit", "baseline"),
+             *(("operator_kit", tree) for tree in cpu if tree.startswith(TREE_PREFIX))]
+    for kit_name, base_name in pairs:
+        rows.extend(_paired_line(results, count, kit_name, base_name, "CPU", 2))
+        rows.extend(_paired_line(results, count, kit_name, base_name, "instructions", 1))
     return rows
 
 
-def _paired_line(results: list[RunResult], count: int, kit: str, base: str) -> list[str]:
-    """`kit`'s CPU per 1,000 objects over `base`'s, round by round: the two run back to
-    back in each round (in alternating order), so a round's ratio is spared the drift
-    between rounds (a plane growing slower, other work on the machine) that the medians
-    carry. Printed with its spread, so a difference smaller than the noise reads as one."""
+def _paired_line(results: list[RunResult], count: int, kit: str, base: str, measure: str,
+                 least: int) -> list[str]:
+    """`kit`'s CPU (or instructions) per 1,000 objects over `base`'s, round by round: the
+    two run back to back in each round (in alternating order), so a round's ratio is
+    spared the drift between rounds (a plane growing slower, other work on the machine)
+    that the medians carry. Printed with its spread, so a difference smaller than the
+    noise reads as one; only with at least `least` rounds."""
     def by_round(contender: str) -> dict[int, float]:
-        return {r.round: r.cpu_per_1k for r in results
+        return {r.round: r.cpu_per_1k if measure == "CPU" else r.minstr_per_1k
+                for r in results
                 if (r.count, r.contender) == (count, contender) and r.converged == r.count}
 
     kits, bases = by_round(kit), by_round(base)
-    ratios = [kits[n] / bases[n] for n in sorted(kits.keys() & bases.keys())]
-    if len(ratios) < 2:
+    ratios = [kits[n] / bases[n] for n in sorted(kits.keys() & bases.keys())
+              if kits[n] == kits[n] and bases[n] == bases[n]]  # NaN: not measured
+    if len(ratios) < least:
         return []
-    return [f"N={count}: {kit}/{base} CPU round by round: "
+    return [f"N={count}: {kit}/{base} {measure} round by round: "
             + " ".join(f"{ratio:.2f}" for ratio in ratios)
             + f" (median {statistics.median(ratios):.2f}, range {min(ratios):.2f}-"
               f"{max(ratios):.2f})"]
@@ -895,6 +986,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--owns", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--skip-echoes", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--logs", help="keep the worker logs in this folder")
+    parser.add_argument("--profile", metavar="DIR",
+                        help="profile each contender's threads from its start to its stop "
+                             "(yappi, CPU clock; pip install yappi) into DIR/<contender>-"
+                             "<N>-<run>.pstat, for python -m pstats")
+    parser.add_argument("--instructions", action="store_true",
+                        help="also count each contender's instructions while busy, under "
+                             "valgrind's callgrind (about 60x slower; see Method)")
     parser.add_argument("--timeout-base", type=float, default=60.0, help=argparse.SUPPRESS)
     parser.add_argument("--timeout-per-object", type=float, default=0.1,
                         help=argparse.SUPPRESS)
