@@ -650,6 +650,7 @@ class Bench:
                    *args]
         if callgrind_out is not None:
             command = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "-q",
+                       f"--cache-sim={'yes' if self.options.cache_sim else 'no'}",
                        f"--callgrind-out-file={callgrind_out}", *command]
         if source:
             env["PYTHONPATH"] = os.pathsep.join(
@@ -993,6 +994,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--instructions", action="store_true",
                         help="also count each contender's instructions while busy, under "
                              "valgrind's callgrind (about 60x slower; see Method)")
+    parser.add_argument("--cache-sim", action="store_true",
+                        help="with --instructions: callgrind also simulates the CPU's caches "
+                             "(twice as slow again); read the misses in each callgrind-*.out "
+                             "kept by --logs with callgrind_annotate")
     parser.add_argument("--timeout-base", type=float, default=60.0, help=argparse.SUPPRESS)
     parser.add_argument("--timeout-per-object", type=float, default=0.1,
                         help=argparse.SUPPRESS)
@@ -1003,6 +1008,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--namespace", help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
+    if options.cache_sim and not options.instructions:
+        parser.error("--cache-sim needs --instructions")
     options.trees = {}
     for text in options.before:
         label, sep, folder = text.rpartition("=")
