@@ -17,13 +17,13 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
 from operator_kit import logs, metrics, tracing
-from operator_kit.api.kinds import Kind, KindSpec
+from operator_kit.api.kinds import KindSpec
 from operator_kit.api.resources import CustomResource, InvalidResource
 from operator_kit.client.events import EventRecorder
 from operator_kit.client.fencing import FencedApi, Refusal
@@ -33,25 +33,23 @@ from operator_kit.client.transport import (
     error_message,
     throttle_delay,
 )
-from operator_kit.runtime.cache import describe, describe_object
+from operator_kit.runtime.cache import describe
 from operator_kit.runtime.changes import WatchEvent
 from operator_kit.runtime.consistency import CaughtUp
 from operator_kit.runtime.context import AlreadyOwned, Context
-from operator_kit.runtime.controller import Action, Controller, Watch, checked_result
-from operator_kit.runtime.controller import event_priority as priority_of
-from operator_kit.runtime.filters import Filter, deletion_started, spec_changed
-from operator_kit.runtime.filters import function_name as _name
+from operator_kit.runtime.controller import Action, Controller, checked_result
+from operator_kit.runtime.filters import spec_changed
 from operator_kit.runtime.finalizers import (
     Conflict,
     deletion_blocked_note,
     remove_finalizer,
     set_finalizers,
 )
-from operator_kit.runtime.mapping import accepted, primary_keys
-from operator_kit.runtime.objects import Objects, decode, resource_of
+from operator_kit.runtime.objects import Objects, resource_of
 from operator_kit.runtime.own_writes import OwnWrites
 from operator_kit.runtime.queueing import NORMAL_PRIORITY, Backoff, WorkQueue
 from operator_kit.runtime.scope import ShardScope
+from operator_kit.runtime.sources import EventSources
 from operator_kit.runtime.timeouts import REPLACEMENTS_PER_WORKER, Attempt, Watchdog
 from operator_kit.runtime.triggers import Trigger, TriggerCounter, Triggers
 from operator_kit.runtime.watching import Informer, Informers, Key
@@ -59,7 +57,7 @@ from operator_kit.runtime.watching import Informer, Informers, Key
 log = logging.getLogger("operator_kit.controller")
 
 
-class ControllerRunner:
+class ControllerRunner(EventSources):
     """Runs one controller: its informers' handlers, its queue and its worker threads."""
 
     def __init__(self, controller: Controller[Any], api: Api, *, field_manager: str,
@@ -155,103 +153,7 @@ class ControllerRunner:
         except LookupError as err:
             raise LookupError(f"controller {self.name}: {where}: {err}") from None
 
-    # -- events → keys -------------------------------------------------------------------
-
-    def _passes(self, filters: Sequence[Filter], event: WatchEvent, source: str) -> bool:
-        """Whether `event` passes every filter; a filter that raises drops it (logged)."""
-        for f in filters:
-            try:
-                if not f(event):
-                    return False
-            except Exception:
-                log.exception("%s: filter %s on %s failed for %s: that event is dropped",
-                              self.name, _name(f), source, describe_object(event.object))
-                return False
-        return True
-
-    def on_primary(self, event: WatchEvent) -> None:
-        if event.type != "DELETED" and self.own_primary_writes.take(event):
-            return  # the finalizer this controller just wrote, or held until that returns
-        self._enqueue_primary(event)
-
-    def _enqueue_primary(self, event: WatchEvent) -> None:
-        # Deletion always passes: the finalizer must run, and a gone key be forgotten;
-        # so does a shard member's drain request (a label only).
-        if deletion_started(event) or (self.shard is not None and self.shard.draining(
-                event.object)) or self._passes(self._primary_filters, event,
-                                                   str(self.resource)):
-            meta = event.object["metadata"]
-            self.enqueue((meta.get("namespace") or "", meta["name"]),
-                         priority=priority_of(self.controller, event),
-                         trigger=Trigger.of_event("primary", event, self._owner_kind))
-
-    def _owned_handler(self, filters: tuple[Filter, ...]) -> Callable[[WatchEvent], None]:
-        def on_owned(event: WatchEvent) -> None:
-            own_writes = self.own_writes
-            if event.type != "DELETED" and own_writes is not None and own_writes.take(event):
-                return  # our own apply coming back (skip_own_echoes), or held until our
-                # apply to the same name returns
-            if event.type == "DELETED" or self._passes(filters, event, event.object["kind"]):
-                self._enqueue_owners(event)
-        return on_owned
-
-    def _enqueue_owners(self, event: WatchEvent) -> None:
-        keys: set[Key] = set()  # before and after: both owners may matter
-        for obj in (event.object, event.old):
-            if obj is None:
-                continue
-            meta = obj.get("metadata", {})
-            for ref in meta.get("ownerReferences") or ():
-                if (ref.get("controller") and ref.get("kind") == self._owner_kind
-                        and ref.get("apiVersion", "").rpartition("/")[0] == self._owner_group):
-                    keys.add((meta.get("namespace") or "" if self._namespaced else "",
-                              ref["name"]))
-        if keys:
-            trigger = Trigger.of_event("owned", event)
-            priority = priority_of(self.controller, event)
-            for key in sorted(keys):
-                self.enqueue(key, priority=priority, trigger=trigger)
-
-    def _watched_handler(self, watch: Watch) -> Callable[[WatchEvent], None]:
-        spec = Kind.of(watch.kind)
-        filters = tuple(watch.filters)
-        mapper = _name(watch.mapper)
-        errors = metrics.MAPPER_ERRORS.labels(*self.labels, mapper)  # 0 from the start
-        reported = threading.Event()  # its first bad result: an ERROR; later ones DEBUG
-
-        def on_watched(event: WatchEvent) -> None:
-            if event.type != "DELETED" and not self._passes(filters, event, str(spec)):
-                return
-            keys: set[Key] = set()
-            for obj in (event.object, event.old):  # before and after: both may matter
-                if obj is None:
-                    continue
-                try:
-                    decoded = obj if watch.metadata_only else decode(spec, obj,
-                                                                     self.api.client)
-                    # A session of its own: a mapper's writes (if any) stay its own.
-                    mapped = primary_keys(watch.mapper(decoded, self.objects.session()),
-                                          self.controller.resource, obj)
-                except Exception:
-                    errors.inc()
-                    log.exception("%s: mapper %s failed for %s %s: that event is dropped",
-                                  self.name, mapper, spec, describe_object(obj))
-                    continue
-                keys.update(mapped.keys)
-                if mapped.errors:  # the valid keys still go to the queue
-                    errors.inc()
-                    log.log(logging.DEBUG if reported.is_set() else logging.ERROR,
-                            "%s: mapper %s returned %s for %s %s: %s (its valid keys were "
-                            "queued; its next errors are logged at DEBUG and counted in "
-                            "operator_kit_mapper_errors_total)", self.name, mapper,
-                            "; ".join(mapped.errors), spec, describe_object(obj),
-                            accepted(self.controller.resource))
-                    reported.set()
-            priority = priority_of(self.controller, event)
-            trigger = Trigger.of_event("watched", event, spec.kind, via=mapper) if keys else None
-            for key in sorted(keys):
-                self.enqueue(key, priority=priority, trigger=trigger)
-        return on_watched
+    # -- the queue -----------------------------------------------------------------------
 
     def enqueue(self, key: Key, delay: float = 0.0, priority: int = NORMAL_PRIORITY,
                 trigger: Trigger | Triggers | None = None) -> None:
