@@ -271,7 +271,7 @@ def apply_environment(operator: Operator, settings: Settings | None = None) -> N
     watched = settings.watch_namespaces
     if watched:  # one informer per namespace (`Controller.watch_namespaces`)
         for controller in operator.controllers:
-            if controller.namespace is None and controller.resource.namespaced:
+            if controller.namespace is None and controller.primary_kind().namespaced is not False:
                 controller.namespace = watched[0] if len(watched) == 1 else list(watched)
     for attribute in NAME_ENV:
         if attribute in names:

@@ -131,13 +131,14 @@ class Operator(WebhookServing):
         """The storage version of every custom kind the operator watches or serves, once
         each (the CRDs its manifests hold)."""
         seen: dict[str, type[CustomResource]] = {}
-        candidates = [c.resource for c in self.controllers]
+        candidates = [c.primary_kind().defined_resource for c in self.controllers]
         candidates += [r.kind for r in self.webhook_registrations() if r.kind is not None]
         for controller in self.controllers:
-            for kind in (*controller.owned_kinds(), *controller.watched_kinds()):
-                if kind.custom_resource is not None:
-                    candidates.append(kind.custom_resource)
+            candidates += [kind.defined_resource for kind in (
+                *controller.owned_kinds(), *controller.watched_kinds())]
         for candidate in candidates:
+            if candidate is None or candidate.external:
+                continue  # not the operator's own kind: its CRD is someone else's
             storage = candidate.storage_version()
             name = f"{storage.plural}.{storage.group}"
             other = seen.setdefault(name, storage)
@@ -163,7 +164,11 @@ class Operator(WebhookServing):
         if self.leader_election is not None:
             rules += leader.rules(self.leader_election.lease_name or self.name)
         if self.sharding is not None:
-            rules += sharding.rules()  # patch, list and watch on the kinds: derived above
+            rules += sharding.rules()  # patch, list and watch on the kinds: derived above,
+            for controller in self.controllers:  # but for a kind it does not define
+                primary = controller.primary_kind()
+                if self.sharding.shards(controller.name) and not controller.fleet:
+                    rules.append(Rule([primary.group], [primary.resource_name], ["patch"]))
         if external_certificate is None:
             external_certificate = self.webhook_certificate is not None
         rules.extend(self._webhook_rules(external_certificate))
@@ -289,11 +294,14 @@ class Operator(WebhookServing):
 
     def check_kinds(self) -> None:
         """Raise a LookupError naming the controller and the kind when the API server
-        does not serve a kind some controller owns, watches or indexes."""
+        does not serve a kind some controller reconciles (one it does not define), owns,
+        watches or indexes."""
         objects = Objects(self.api)
         for controller in (c for c in self.controllers if not c.fleet):  # hub's only
             # Custom kinds too: a CRD that is not installed is named here, not later.
-            declared = [("owns", k) for k in controller.owned_kinds()]
+            primary = controller.primary_kind()  # another party's: it must be served now
+            declared = [] if primary.defined_here else [("resource", primary)]
+            declared += [("owns", k) for k in controller.owned_kinds()]
             declared += [("watches", k) for k in controller.watched_kinds()]
             declared += [("indexes", Kind.of(i.kind)) for i in controller.indexes.values()]
             for where, kind in declared:

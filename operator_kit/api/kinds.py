@@ -57,6 +57,14 @@ _BUILT_IN_GROUPS: dict[str, str] = {
     "PriorityClass": "scheduling.k8s.io",
     "RuntimeClass": "node.k8s.io",
 }
+# The built-in kinds that are cluster-scoped (every other built-in kind is namespaced).
+_CLUSTER_SCOPED = frozenset((
+    "ClusterRole", "ClusterRoleBinding", "ComponentStatus", "CSIDriver", "CSINode",
+    "CertificateSigningRequest", "CustomResourceDefinition", "IngressClass",
+    "MutatingWebhookConfiguration", "Namespace", "Node", "PersistentVolume", "PriorityClass",
+    "RuntimeClass", "StorageClass", "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding", "ValidatingWebhookConfiguration", "VolumeAttachment"))
+_BUILT_IN_GROUP_NAMES = frozenset(_BUILT_IN_GROUPS.values())
 _MODEL_NAME = re.compile(r"V(?P<version>\d+(?:(?:alpha|beta)\d+)?)(?P<kind>[A-Z][A-Za-z0-9]*)")
 
 
@@ -111,6 +119,39 @@ class Kind:
     def resource_name(self) -> str:
         """The plural resource name, as RBAC rules and REST paths spell it."""
         return self.plural or guess_plural(self.kind)
+
+    @property
+    def built_in(self) -> bool:
+        """Whether Kubernetes itself serves this kind (the core group, a ``*.k8s.io`` group
+        or another group of the built-in kinds), not a CustomResourceDefinition."""
+        group = self.group
+        return (group == "" or group.endswith(".k8s.io") or group in _BUILT_IN_GROUP_NAMES
+                ) and self.custom_resource is None
+
+    @property
+    def defined_here(self) -> bool:
+        """Whether the operator defines this kind: a `CustomResource` class whose CRD its
+        manifests hold (not one declared ``external = True``, installed by another party)."""
+        return self.defined_resource is not None
+
+    @property
+    def defined_resource(self) -> type[CustomResource] | None:
+        """The `CustomResource` class when the operator defines this kind (see
+        `defined_here`), else None."""
+        custom = self.custom_resource
+        return custom if custom is not None and not custom.external else None
+
+    @property
+    def namespaced(self) -> bool | None:
+        """Whether objects of this kind live in namespaces, when that is known without a
+        cluster (a CustomResource class, a built-in kind); None for another party's kind
+        named by a string, whose scope discovery tells when the operator starts."""
+        custom = self.custom_resource
+        if custom is not None:
+            return bool(custom.namespaced)
+        if self.built_in and _BUILT_IN_GROUPS.get(self.kind) == self.group:
+            return self.kind not in _CLUSTER_SCOPED
+        return None
 
     @property
     def custom_resource(self) -> type[CustomResource] | None:

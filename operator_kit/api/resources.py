@@ -57,7 +57,7 @@ _R = TypeVar("_R", bound="CustomResource")
 
 _TOP_LEVEL = ("apiVersion", "kind", "metadata", "spec", "status")
 # Declared once on the root, the same for every version of a kind.
-_SHARED = ("group", "kind", "plural", "namespaced", "short_names", "categories")
+_SHARED = ("group", "kind", "plural", "namespaced", "short_names", "categories", "external")
 
 
 class InvalidResource(ValueError):
@@ -81,6 +81,7 @@ class CustomResource:
     kind: ClassVar[str]
     plural: ClassVar[str]  # default: kind.lower() + "s"
     namespaced: ClassVar[bool] = True
+    external: ClassVar[bool] = False  # True: another party installs its CRD (none generated)
     short_names: ClassVar[tuple[str, ...]] = ()
     categories: ClassVar[tuple[str, ...]] = ()
     printer_columns: ClassVar[tuple[PrinterColumn, ...]] = ()
@@ -448,10 +449,8 @@ class CustomResource:
     __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
 
     def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}(name={self.name!r}, namespace={self.namespace!r}, "
-            f"spec={self.spec!r}, status={self.status!r})"
-        )
+        return (f"{type(self).__name__}(name={self.name!r}, namespace={self.namespace!r}, "
+                f"spec={self.spec!r}, status={self.status!r})")
 
 
 # ---------------------------------------------------------------------- declaration

@@ -575,7 +575,9 @@ def _api_error_message(err: Any) -> str:
         line += f": {' '.join(message.split())}"
     if err.status == 403:
         found = _FORBIDDEN.search(message)
-        if found:
+        if getattr(err, "hint", None):  # the caller knows better what to grant
+            line += f" — {err.hint}"
+        elif found:
             line += (f" — grant it with Rule([{found['group']!r}], "
                      f"[{found['resource']!r}], [{found['verb']!r}]) in the controller's "
                      "`rules`, then regenerate the manifests")
@@ -591,6 +593,7 @@ class ApiError(ApiException):  # type: ignore[misc]  # the client is untyped
             return err
         made = cls(status=err.status, reason=err.reason)
         made.body, made.headers = err.body, err.headers
+        made.hint = getattr(err, "hint", None)  # a 403's: what to grant, if not the Rule
         return made
 
     def __str__(self) -> str:

@@ -45,24 +45,32 @@ children left there (None: wait for ever). Clusters that left the fleet are not 
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kubernetes.client.exceptions import ApiException
 
-from operator_kit.api.conditions import Conditions
 from operator_kit.api.kinds import Kind, KindSpec
 from operator_kit.api.rbac import Rule, merge_rules
 from operator_kit.api.resources import CustomResource
-from operator_kit.api.validation import ListType
 from operator_kit.client.events import RULE as EVENTS_RULE
 from operator_kit.client.events import EventRecorder
 from operator_kit.client.fencing import fenced_like
 from operator_kit.client.transport import Api, Resource, error_message
+from operator_kit.fleet.entries import (
+    ClusterStatus,
+    ClusterStatuses,
+    entries,
+    ready_entry,
+    ready_reason,
+    same_entry,
+    status_manager,
+    unreachable_already,
+    write_entry,
+)
 from operator_kit.runtime.context import Context
 from operator_kit.runtime.controller import Action, Controller, Watch
 from operator_kit.runtime.objects import Objects, encode, resource_of
@@ -90,19 +98,6 @@ FAILING_AFTER = 5.0
 """Seconds a member's watches must have failed before its entry says Unreachable."""
 
 
-@dataclasses.dataclass
-class ClusterStatus:
-    """One member cluster's entry in the hub object's status: its name and conditions."""
-
-    name: str
-    conditions: Conditions = dataclasses.field(default_factory=list)
-
-
-ClusterStatuses = Annotated[list[ClusterStatus], ListType("map", keys=("name",))]
-"""``status.clusters``: one `ClusterStatus` per member, a list-map keyed by ``name``,
-so each cluster's entry is its own under server-side apply."""
-
-
 def child_labels(owner: CustomResource) -> dict[str, str]:
     """The labels that tie a child on a member cluster to `owner` on the hub."""
     if not owner.uid:
@@ -119,54 +114,6 @@ def hub_key(child: Mapping[str, Any]) -> list[tuple[str, str]]:
     labels = (child.get("metadata") or {}).get("labels") or {}
     name = labels.get(HUB_NAME)
     return [(labels.get(HUB_NAMESPACE) or "", name)] if name else []
-
-
-def ready_entry(cluster: str, status: str, reason: str, message: str, generation: int | None,
-                before: Mapping[str, Any] | None, now: dt.datetime | None = None,
-                ) -> dict[str, Any]:
-    """`cluster`'s ``status.clusters`` entry with its Ready condition as the API's dict;
-    ``lastTransitionTime`` kept from `before` (the entry as it is) unless the status
-    changes."""
-    previous = next((c for c in (before or {}).get("conditions") or ()
-                     if c.get("type") == "Ready"), None)
-    when = (now or dt.datetime.now(dt.timezone.utc)).replace(microsecond=0)
-    since = previous["lastTransitionTime"] if previous is not None and previous.get(
-        "status") == status and previous.get("lastTransitionTime") else \
-        when.strftime("%Y-%m-%dT%H:%M:%SZ")
-    condition: dict[str, Any] = {"type": "Ready", "status": status, "reason": reason,
-                                 "message": message[:32768], "lastTransitionTime": since}
-    if generation is not None:
-        condition["observedGeneration"] = generation
-    return {"name": cluster, "conditions": [condition]}
-
-
-def same_entry(a: Mapping[str, Any] | None, b: Mapping[str, Any]) -> bool:
-    """Whether writing entry `b` over `a` would change nothing."""
-    return a is not None and a.get("conditions") == b.get("conditions")
-
-
-def unreachable_already(entry: Mapping[str, Any] | None, generation: int | None) -> bool:
-    """Whether `entry` says Unreachable for this `generation` already (its member, or the
-    hub side, said why: the message is not rewritten while the member stays down)."""
-    ready = _ready(entry)
-    return ready is not None and ready.get("reason") == "Unreachable" and ready.get(
-        "status") == "Unknown" and ready.get("observedGeneration") == generation
-
-
-def _ready(entry: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-    return next((c for c in (entry or {}).get("conditions") or ()
-                 if c.get("type") == "Ready"), None)
-
-
-def _reason(entry: Mapping[str, Any] | None) -> str | None:
-    ready = _ready(entry)
-    return None if ready is None else ready.get("reason")
-
-
-def entries(obj: CustomResource, field: str) -> dict[str, dict[str, Any]]:
-    """The hub object's per-cluster entries as it was read, by cluster name."""
-    status = obj.status_as_read() or {}
-    return {str(e.get("name")): dict(e) for e in status.get(field) or () if e.get("name")}
 
 
 NOT_RUNNING = "not running here yet (joining, or rejoining after its kubeconfig changed)"
@@ -216,9 +163,13 @@ class FanOut(Controller[R]):
         if self.namespace is not None:
             raise ValueError(f"{type(self).__name__}.namespace: a FanOut watches its kind in "
                              "every namespace of the hub; leave `namespace` None")
-        shape = self.resource.status_shape()
+        resource = self.primary_kind().defined_resource
+        if resource is None:
+            raise TypeError(f"{type(self).__name__}.resource must be the operator's own "
+                            "CustomResource: a FanOut writes its members' entries in its status")
+        shape = resource.status_shape()
         if shape is None or self.status_field not in {f.json_name for f in shape.fields}:
-            raise TypeError(f"{self.resource.kind}'s status needs a field "
+            raise TypeError(f"{resource.kind}'s status needs a field "
                             f"`{self.status_field}: ClusterStatuses` (from operator_kit.fleet) "
                             "for the members' entries")
         self.attached: Fleet | None = None
@@ -241,7 +192,13 @@ class FanOut(Controller[R]):
 
     def hub_routes(self) -> dict[Resource, Api]:
         """What a member's `Informers` watch on the hub: this kind."""
-        return {resource_of(self.resource): self._hub()}
+        return {resource_of(self.hub_kind()): self._hub()}
+
+    def hub_kind(self) -> type[CustomResource]:
+        """Its kind, the operator's own (checked when it was made)."""
+        resource = self.primary_kind().defined_resource
+        assert resource is not None
+        return resource
 
     def member_runner(self, member: Member, api: Api, *, informers: Informers,
                       objects: Objects, recorder: EventRecorder, field_manager: str,
@@ -290,7 +247,7 @@ class FanOut(Controller[R]):
             member = members.get(name)
             problem = NOT_RUNNING if member is None else member_problem(member)
             if problem is None:  # the member's own workers write its entry
-                if member is not None and _reason(current.get(name)) == "Unreachable":
+                if member is not None and ready_reason(current.get(name)) == "Unreachable":
                     self._requeue_on(member, obj)  # back: have its workers say so
                 continue
             entry = ready_entry(name, "Unknown", "Unreachable", problem, obj.generation,
@@ -550,26 +507,6 @@ def delete_children(api: Api, kinds: Sequence[KindSpec], selector: str) -> int:
                 if err.status != 404:
                     raise
     return deleted
-
-
-def write_entry(api: Api, obj: CustomResource, field: str, cluster: str,
-                entry: Mapping[str, Any] | None, operator: str) -> Any:
-    """Server-side apply `cluster`'s entry of ``status.<field>`` on the hub object `obj`
-    as field manager ``<operator>@<cluster>`` (`status_manager`); None removes the entry
-    that manager wrote. Returns the hub object as written."""
-    meta: dict[str, Any] = {"name": obj.name}
-    if obj.namespace:
-        meta["namespace"] = obj.namespace
-    body: dict[str, Any] = {"apiVersion": obj.api_version(), "kind": obj.kind,
-                            "metadata": meta}
-    body["status"] = {field: [dict(entry)]} if entry is not None else {}
-    return api.apply(body, field_manager=status_manager(operator, cluster),
-                     subresource="status")
-
-
-def status_manager(operator: str, cluster: str) -> str:
-    """The field manager of `cluster`'s status entry: ``<operator>@<cluster>``."""
-    return f"{operator}@{cluster}"
 
 
 def _seconds_since(timestamp: str | None) -> float:

@@ -23,8 +23,11 @@ def crd(kind: type[CustomResource]) -> dict[str, Any]:
     """The apiextensions.k8s.io/v1 CustomResourceDefinition of `kind` and all its versions.
 
     Any version class of the kind may be given. Raises TypeError when the kind does not
-    have exactly one storage version.
+    have exactly one storage version, or is another party's (``external = True``).
     """
+    if kind.external:
+        raise TypeError(f"{kind.__name__} is declared external = True: its CRD belongs to "
+                        "whoever defines it (install theirs); this operator generates none")
     versions = kind.versions()
     root, storage = versions[0], kind.storage_version()
     kind.check_columns()

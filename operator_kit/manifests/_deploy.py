@@ -195,7 +195,8 @@ def _guard(operator: Operator, docs: Sequence[dict[str, Any]], namespace: str, a
                  operator.sharding.drain_label_key(operator.name)]
         for controller in operator.controllers:
             if operator.sharding.shards(controller.name):
-                sharded.append((controller.resource.group, controller.resource.plural))
+                primary = controller.primary_kind()
+                sharded.append((primary.group, primary.resource_name))
                 sharded += [(k.group, k.resource_name) for k in controller.owned_kinds()]
     return guard_policies(
         operator.name, namespace, app, account=operator.name,

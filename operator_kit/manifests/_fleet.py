@@ -76,10 +76,10 @@ def fleet_member_manifests(operator: Operator, *, namespace: str,
                          "clusters; leave out --fleet-member")
     candidates: list[type[CustomResource] | None] = []
     for controller in fleet:
-        candidates += [controller.resource, *(k.custom_resource for k in (
+        candidates += [controller.primary_kind().defined_resource, *(k.defined_resource for k in (
             *controller.owned_kinds(), *controller.watched_kinds()))]
     for fan_out in fan_outs:  # its children's kinds; its own kind stays on the hub
-        candidates += [Kind.of(k).custom_resource for k in fan_out.child_kinds]
+        candidates += [Kind.of(k).defined_resource for k in fan_out.child_kinds]
     kinds: dict[str, type[CustomResource]] = {}
     for candidate in candidates:
         if candidate is not None:

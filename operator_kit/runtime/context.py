@@ -22,7 +22,15 @@ from operator_kit.api.shapes import ConstrainedShape, NullableShape, ObjectShape
 from operator_kit.client.events import EventRecorder
 from operator_kit.client.fencing import Fenced, Refusal
 from operator_kit.client.transport import Api
-from operator_kit.runtime.objects import Objects, PatchType, encode, obj_like
+from operator_kit.runtime.children import ForbiddenChild, OwnedKinds, foreign_status, merged
+from operator_kit.runtime.objects import (
+    Objects,
+    PatchType,
+    encode,
+    identity,
+    metadata_of,
+    obj_like,
+)
 from operator_kit.runtime.own_writes import LastApplies, OwnWrites
 from operator_kit.runtime.triggers import Triggers
 
@@ -52,7 +60,7 @@ class Context:
                  shard_label: str | None = None,
                  last_applies: LastApplies | None = None,
                  refusal: Refusal | None = None, triggers: Triggers | None = None,
-                 cluster: str | None = None) -> None:
+                 cluster: str | None = None, owns: OwnedKinds | None = None) -> None:
         self.api = api
         self.cluster = cluster
         """The fleet member cluster this Context reads and writes (None: the hub)."""
@@ -75,12 +83,14 @@ class Context:
         self._recorder = recorder
         # The fence of its writes and Events (a reconcile's timeout): see for_object.
         self._refusal = refusal
+        # The kinds its controller owns, and those it was warned about (shared).
+        self._owns = owns
         # The status each patch_status of this reconcile left, by (kind, namespace, name):
         # a second patch of the same `obj` compares against it, not against the status
         # `obj` held before the first one.
         self._statuses: dict[tuple[str, str | None, str], dict[str, Any]] = {}
 
-    def for_object(self, obj: CustomResource, refusal: Refusal | None = None,
+    def for_object(self, obj: Any, refusal: Refusal | None = None,
                    triggers: Triggers | None = None) -> Context:
         """A context for one reconcile of `obj`: its own read-your-writes journal. With
         `refusal` (a reconcile's timeout), its writes and Events are fenced: refused
@@ -90,9 +100,10 @@ class Context:
         return Context(objects.api, field_manager=self.field_manager,
                        recorder=self._recorder, controller=self.controller,
                        objects=objects, own_writes=self._own_writes,
-                       namespace=obj.namespace, shard_label=self.shard_label,
-                       last_applies=self._last_applies, refusal=refusal,
-                       triggers=triggers, cluster=self.cluster)
+                       namespace=metadata_of(obj, self.client).get("namespace"),
+                       shard_label=self.shard_label, last_applies=self._last_applies,
+                       refusal=refusal, triggers=triggers, cluster=self.cluster,
+                       owns=self._owns)
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -113,15 +124,14 @@ class Context:
         where = None if namespace == ALL_NAMESPACES else (namespace or self.namespace)
         return self.objects.list(kind, where, labels, index)
 
-    def owned(self, obj: CustomResource | Mapping[str, Any], kind: KindSpec) -> _Items:
+    def owned(self, obj: Any, kind: KindSpec) -> _Items:
         """The objects of `kind` (named in ``owns``) whose controller ownerReference is
         `obj`, from the cache, ordered by name; includes what this reconcile applied."""
         return self.objects.owned(obj, kind)
 
     # -- writes ------------------------------------------------------------------------------
 
-    def create(self, obj: Any, *, owner: CustomResource | None = None,
-               dry_run: bool = False) -> Any:
+    def create(self, obj: Any, *, owner: Any = None, dry_run: bool = False) -> Any:
         """Create `obj` (a CustomResource, client model or dict); the result, same form.
 
         With `owner`, the new object gets a controller ownerReference to it (and the
@@ -166,6 +176,8 @@ class Context:
         object in this reconcile wrote, else with the status `obj` had when it was read
         (`CustomResource.status_as_read`: changes made to ``obj.status`` since, through a
         shared list say, cannot hide a change). An object made in code is always sent."""
+        if not isinstance(obj, CustomResource):
+            return foreign_status(self.objects, obj, status)
         kind = type(obj)
         shape = kind.status_shape()
         if shape is None:
@@ -183,14 +195,14 @@ class Context:
         else:
             raise TypeError(f"patch_status takes a dict or {kind.kind}'s status dataclass, "
                             f"not {type(status).__name__}")
-        if current is not None and _merged(current, patch) == current:
+        if current is not None and merged(current, patch) == current:
             return obj  # nothing would change
         updated = self.objects.patch(kind, obj.name, {"status": patch}, obj.namespace,
                                      subresource="status")
         self._statuses[key] = updated.status_as_read() or {}  # as the API server has it
         return updated  # type: ignore[no-any-return]
 
-    def apply_owned(self, owner: CustomResource, child: Any, *,
+    def apply_owned(self, owner: Any, child: Any, *,
                     dry_run: bool = False, adopt: bool = False) -> dict[str, Any]:
         """Server-side apply `child` with a controller ownerReference to `owner`.
 
@@ -207,7 +219,8 @@ class Context:
         """
         body = self._owned_body(owner, child)
         meta = body["metadata"]
-        current = self._current_child(owner, body, adopt=adopt)
+        with self._forbidden_child(body):
+            current = self._current_child(owner, body, adopt=adopt)
         if not dry_run and current is not None and self._last_applies.unchanged(
                 body, (current.get("metadata") or {}).get("resourceVersion")):
             return current
@@ -218,12 +231,20 @@ class Context:
                 self._last_applies.remember(body, result)
             return result
 
-        if self._own_writes is None or dry_run:
-            return send()
-        return self._own_writes.write(str(meta.get("namespace") or ""),
-                                      str(meta.get("name") or ""), send)
+        with self._forbidden_child(body):
+            if self._own_writes is None or dry_run:
+                return send()
+            return self._own_writes.write(str(meta.get("namespace") or ""),
+                                          str(meta.get("name") or ""), send)
 
-    def _current_child(self, owner: CustomResource, body: dict[str, Any], *,
+    def _forbidden_child(self, body: Mapping[str, Any]) -> ForbiddenChild:
+        """Around a child's reads and writes: a 403 names every verb the call needs and
+        whether ``owns`` would grant them."""
+        spec = Kind.of(f"{body['apiVersion']}/{body['kind']}")
+        return ForbiddenChild(spec, self.objects.resource(spec), self._owns is not None
+                              and self._owns.has(spec))
+
+    def _current_child(self, owner: Any, body: dict[str, Any], *,
                        adopt: bool) -> dict[str, Any] | None:
         """The child `body` names as it is now (from the cache when the kind is cached),
         or None; `AlreadyOwned` when another owner controls it (with ``adopt``: that
@@ -238,8 +259,9 @@ class Context:
         current = encode(found, self.client)[1]
         cmeta = current.get("metadata") or {}
         refs = list(cmeta.get("ownerReferences") or [])
-        other = next((r for r in refs if r.get("controller") and r.get("uid") != owner.uid),
-                     None)
+        owner_kind, owner_meta = identity(owner, self.client)
+        other = next((r for r in refs if r.get("controller")
+                      and r.get("uid") != owner_meta.get("uid")), None)
         if other is None:
             return current
         where = f"{body['kind']} {_where(cmeta)}"
@@ -248,7 +270,7 @@ class Context:
             note = (f"{where} is controlled by {holder}; not taking it over (pass "
                     "adopt=True to apply_owned to take it over)")
             self.event(owner, True, "AlreadyOwned", note)
-            raise AlreadyOwned(f"{owner.kind} {_where(owner.metadata)}: {note}",
+            raise AlreadyOwned(f"{owner_kind.kind} {_where(owner_meta)}: {note}",
                                child=where, controller=holder)
         kept = [r for r in refs if r is not other]
         self.objects.patch(spec, str(cmeta.get("name")), [
@@ -259,24 +281,33 @@ class Context:
         self.log.info("%s: took %s over from %s (adopt=True)", self.controller, where, holder)
         return None
 
-    def _owned_body(self, owner: CustomResource, child: Any) -> dict[str, Any]:
+    def _owned_body(self, owner: Any, child: Any) -> dict[str, Any]:
         """`child` as the API's dict, with a controller ownerReference to `owner` and,
-        for a namespaced kind that names no namespace, the owner's."""
+        for a namespaced kind that names no namespace, the owner's (a Namespace owner:
+        itself)."""
         spec, body = encode(child, self.client)
         resource = self.objects.resource(spec)
+        if self._owns is not None:
+            self._owns.check(spec, self.log)
+        owner_kind, owner_meta = identity(owner, self.client)
         meta = dict(body.get("metadata") or {})
         if resource.namespaced and not meta.get("namespace"):
-            meta["namespace"] = owner.namespace
-        meta["ownerReferences"] = [owner_reference(owner)]
-        shard = owner.labels.get(self.shard_label) if self.shard_label else None
+            meta["namespace"] = owner_meta.get("namespace") or (
+                owner_meta.get("name") if str(owner_kind) == "v1/Namespace" else None)
+            if not meta["namespace"]:
+                raise ValueError(f"{spec.kind} {meta.get('name')} is namespaced and its owner "
+                                 f"{owner_kind.kind} {owner_meta.get('name')} is not: give the "
+                                 "child a metadata.namespace")
+        meta["ownerReferences"] = [owner_reference(owner, self.client)]
+        labels = owner_meta.get("labels") or {}
+        shard = labels.get(self.shard_label) if self.shard_label else None
         if shard:  # children follow their owner to its member
             meta["labels"] = {**(meta.get("labels") or {}), str(self.shard_label): shard}
         body["metadata"] = meta
         return body
 
-    def event(self, obj: CustomResource | Mapping[str, Any], warning: bool, reason: str,
-              note: str, *, action: str = "Reconcile",
-              related: CustomResource | Mapping[str, Any] | None = None) -> None:
+    def event(self, obj: Any, warning: bool, reason: str, note: str, *,
+              action: str = "Reconcile", related: Any = None) -> None:
         """Post an events.k8s.io/v1 Event regarding `obj` (shown by ``kubectl describe``):
         a Warning when `warning`, a CamelCase `reason`, a `note` for people, the `action`
         this controller took or failed (default ``Reconcile``) and optionally a `related`
@@ -285,10 +316,11 @@ class Context:
         (empty, over 128 characters) is a ValueError."""
         refused = self._refusal() if self._refusal is not None else None
         if refused is not None:
-            raise Fenced(f"Event {reason} on {_where(_meta(obj))} refused: {refused}")
+            raise Fenced(f"Event {reason} on {_where(metadata_of(obj, self.client))} "
+                         f"refused: {refused}")
 
-        def as_dict(item: CustomResource | Mapping[str, Any]) -> dict[str, Any]:
-            return item.to_dict() if isinstance(item, CustomResource) else dict(item)
+        def as_dict(item: Any) -> dict[str, Any]:
+            return dict(item) if isinstance(item, Mapping) else encode(item, self.client)[1]
 
         self._recorder.event(as_dict(obj), warning=warning, reason=reason, note=note,
                              action=action,
@@ -306,21 +338,20 @@ class AlreadyOwned(Exception):
         self.controller = controller
 
 
-def _meta(obj: CustomResource | Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.metadata if isinstance(obj, CustomResource) else obj.get("metadata") or {}
-
-
 def _where(meta: Mapping[str, Any]) -> str:
     namespace, name = meta.get("namespace"), meta.get("name")
     return f"{namespace}/{name}" if namespace else str(name)
 
 
-def owner_reference(owner: CustomResource) -> dict[str, Any]:
-    """A controller ownerReference to `owner` (which must have been read from the API)."""
-    if not owner.uid:
-        raise ValueError(f"{owner.kind} {owner.name} has no uid: read it from the API first")
-    return {"apiVersion": owner.api_version(), "kind": owner.kind, "name": owner.name,
-            "uid": owner.uid, "controller": True, "blockOwnerDeletion": True}
+def owner_reference(owner: Any, api_client: client.ApiClient) -> dict[str, Any]:
+    """A controller ownerReference to `owner` (any form a read returns; it must have been
+    read from the API)."""
+    kind, meta = identity(owner, api_client)
+    if not meta.get("uid"):
+        raise ValueError(f"{kind.kind} {meta.get('name')} has no uid: read it from the API "
+                         "first")
+    return {"apiVersion": kind.api_version, "kind": kind.kind, "name": meta.get("name"),
+            "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}
 
 
 def _check_status_keys(kind: str, shape: ObjectShape, patch: Mapping[str, Any],
@@ -352,14 +383,3 @@ def _replacing(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]
     return patch
 
 
-def _merged(target: Any, patch: Any) -> Any:
-    """`patch` applied to `target` as a JSON merge patch (RFC 7386)."""
-    if not isinstance(patch, Mapping):
-        return patch
-    result = dict(target) if isinstance(target, Mapping) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = _merged(result.get(key), value)
-    return result

@@ -44,7 +44,7 @@ from typing import Any, Generic, TypeVar
 
 from operator_kit.api.kinds import Kind, KindSpec
 from operator_kit.api.rbac import Rule
-from operator_kit.api.resources import CustomResource, InvalidResource
+from operator_kit.api.resources import InvalidResource
 from operator_kit.client.events import RULE as EVENTS_RULE
 from operator_kit.runtime.cache import LabelSelector
 from operator_kit.runtime.changes import WatchEvent
@@ -56,7 +56,7 @@ from operator_kit.runtime.transforms import Transform
 
 log = logging.getLogger("operator_kit.controller")
 
-R = TypeVar("R", bound=CustomResource)
+R = TypeVar("R")  # what reconcile gets: a CustomResource, a client model or a dict
 
 
 @dataclass(frozen=True)
@@ -168,7 +168,20 @@ class Index:
 class Controller(Generic[R]):
     """Subclass, name the `resource`, and write `reconcile`.
 
+    ``resource`` is the kind it reconciles, in any form a kind is named
+    (`operator_kit.api.kinds`): a `CustomResource` class — the operator's own kind, whose
+    CRD its manifests hold, or another party's declared ``external = True`` (no CRD is
+    generated for it); a ``"group/version/Kind"`` string (``"apps/v1/Deployment"``,
+    ``"v1/Namespace"``, ``"cert-manager.io/v1/Certificate"``); or a kubernetes client
+    model class (``V1Deployment``). Reconcile gets each object in that form (the
+    instance, the API's dict, the model), as ``ctx.get`` returns it. Scope and plural
+    come from the API server's discovery when the operator starts; a kind it does not
+    serve fails the start, naming the kind.
+
     Class attributes configure it (all optional but `resource`):
+
+    - ``writes_status``: whether reconcile writes the primary's status subresource (its
+      RBAC rule); default: True for the operator's own kinds, False for any other;
 
     - ``owns``: kinds whose changes reconcile their controller owner — CustomResource
       classes, ``"batch/v1/Job"`` strings, client model classes, or `Owns` with
@@ -203,7 +216,8 @@ class Controller(Generic[R]):
       ``managedFields``): what reconcile gets is what it returns.
     """
 
-    resource: type[CustomResource]
+    resource: KindSpec
+    writes_status: bool | None = None
     owns: Sequence[KindSpec | Owns] = ()
     watches: Sequence[Watch] = ()
     indexes: Mapping[str, Index] = {}
@@ -223,11 +237,9 @@ class Controller(Generic[R]):
     fleet: bool = False
 
     def __init__(self) -> None:
-        if not isinstance(getattr(self, "resource", None), type) or not issubclass(
-                self.resource, CustomResource):
-            raise TypeError(f"{type(self).__name__}.resource must name a CustomResource class")
+        primary = self.primary_kind()
         if not self.name:
-            self.name = self.resource.kind.lower()
+            self.name = primary.kind.lower()
         if self.max_concurrent_reconciles < 1:
             raise ValueError("max_concurrent_reconciles must be at least 1")
         if self.reconcile_timeout is not None and not self.reconcile_timeout > 0:
@@ -285,7 +297,7 @@ class Controller(Generic[R]):
         dict; `error` says what does not fit). Return to have the finalizer removed;
         raise (the default) to keep it: deletion stays blocked, and every retry posts a
         Warning Event and a log line with the command that removes the finalizer."""
-        raise InvalidResource(f"cleanup needs a {self.resource.__name__}; define "
+        raise InvalidResource(f"cleanup needs a {self.primary_kind().kind}; define "
                               f"{type(self).__name__}.cleanup_invalid to clean up from the "
                               "raw object")
 
@@ -301,7 +313,24 @@ class Controller(Generic[R]):
 
     def primary_kind(self) -> Kind:
         """The `Kind` this controller reconciles (its `resource`)."""
-        return Kind.of(self.resource)
+        spec = getattr(self, "resource", None)
+        if spec is None:
+            raise TypeError(f"{type(self).__name__}.resource must name the kind it reconciles: "
+                            "a CustomResource class, a 'group/version/Kind' string such as "
+                            "'apps/v1/Deployment' or 'v1/Namespace', or a kubernetes client "
+                            "model class such as kubernetes.client.V1Deployment")
+        try:
+            return Kind.of(spec)
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"{type(self).__name__}.resource: {err}") from None
+
+    def status_written(self) -> bool:
+        """Whether reconcile writes the primary's status: ``writes_status`` when set, else
+        True for a kind the operator defines and False for any other (a built-in kind's
+        status belongs to Kubernetes; another party's CRD to its own controller)."""
+        if self.writes_status is not None:
+            return bool(self.writes_status)
+        return self.primary_kind().defined_here
 
     def primary_transform(self) -> Transform | None:
         """``transform`` as declared: a function of the object (a function assigned in
@@ -329,15 +358,19 @@ class Controller(Generic[R]):
     def required_rules(self) -> list[Rule]:
         """What this controller needs: its kind, its status, finalizers, owned kinds
         (which it makes and may delete) and watched kinds (which it reads)."""
-        kind = self.resource
-        rules = [
-            Rule([kind.group], [kind.plural], ["get", "list", "watch", "patch", "update"]),
-            Rule([kind.group], [f"{kind.plural}/status"], ["get", "patch", "update"]),
-        ]
+        kind = self.primary_kind()
+        group, plural = kind.group, kind.resource_name
+        if kind.defined_here:
+            verbs = ["get", "list", "watch", "patch", "update"]
+        else:  # another party's kind: read it; patch only to add and remove the finalizer
+            verbs = ["get", "list", "watch", *(["patch"] if self.finalizer else [])]
+        rules = [Rule([group], [plural], verbs)]
+        if self.status_written():
+            rules.append(Rule([group], [f"{plural}/status"], ["get", "patch", "update"]))
         if self.owns:
             # Owner references with blockOwnerDeletion need update on the owner's
             # finalizers where the OwnerReferencesPermissionEnforcement plugin is on.
-            rules.append(Rule([kind.group], [f"{kind.plural}/finalizers"], ["update"]))
+            rules.append(Rule([group], [f"{plural}/finalizers"], ["update"]))
         for owned in self.owned_kinds():
             # Server-side apply creates or patches; ctx.delete removes old children.
             rules.append(Rule([owned.group], [owned.resource_name],

@@ -10,7 +10,6 @@ its echo does not reconcile the object again.
 
 from __future__ import annotations
 
-import copy
 import functools
 import logging
 from collections.abc import Mapping
@@ -18,10 +17,9 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from operator_kit.api.resources import CustomResource
-from operator_kit.client.transport import METADATA_ONLY, Api
+from operator_kit.client.transport import METADATA_ONLY, Api, Resource
 from operator_kit.runtime.cache import describe_object
-from operator_kit.runtime.objects import resource_of
+from operator_kit.runtime.objects import metadata_of, with_metadata
 from operator_kit.runtime.own_writes import OwnWrites
 from operator_kit.runtime.watching import Key
 
@@ -39,12 +37,12 @@ class Conflict(Exception):
 
 
 def remove_finalizer(raw: Mapping[str, Any], finalizer: str, api: Api, *,
-                     kind: type[CustomResource], writes: OwnWrites, controller: str) -> None:
+                     resource: Resource, writes: OwnWrites, controller: str) -> None:
     """Remove `finalizer` once cleanup ran, from the version read. On a 409 (cleanup's
     own status write, say) only the removal is retried, on the object read again from
     the API server while it is the same uid with the finalizer; at last, `Conflict`."""
     meta, uid = raw["metadata"], raw["metadata"].get("uid")
-    path = resource_of(kind).path(meta.get("namespace"), meta["name"])
+    path = resource.path(meta.get("namespace"), meta["name"])
     for attempt in range(1, FINALIZER_REMOVAL_ATTEMPTS + 1):
         left = [f for f in meta.get("finalizers") or () if f != finalizer]
         send = functools.partial(api.request, "PATCH", path, body={"metadata": {
@@ -70,41 +68,41 @@ def remove_finalizer(raw: Mapping[str, Any], finalizer: str, api: Api, *,
     raise Conflict()
 
 
-def set_finalizers(obj: CustomResource, finalizers: list[str], api: Api, *,
-                   writes: OwnWrites) -> CustomResource:
-    """Write the finalizer list only if the object is still the version we read.
+def set_finalizers(obj: Any, resource: Resource, finalizers: list[str], api: Api, *,
+                   writes: OwnWrites) -> Any:
+    """Write the finalizer list only if the object (any form a read returns, of
+    `resource`) is still the version we read.
 
     The patch carries that version, so what the API server made is `obj` with the
     new metadata: only the metadata is asked back (`METADATA_ONLY`), not the whole
     object to decode again."""
-    resource = resource_of(type(obj))
+    meta = metadata_of(obj, api.client)
+    namespace, name = meta.get("namespace"), str(meta.get("name"))
     try:
         answer = writes.write(
-            obj.namespace or "", obj.name, lambda: api.request(
-                "PATCH", resource.path(obj.namespace, obj.name),
+            namespace or "", name, lambda: api.request(
+                "PATCH", resource.path(namespace, name),
                 body={"metadata": {"finalizers": finalizers or None,
-                                   "resourceVersion": obj.resource_version}},
+                                   "resourceVersion": meta.get("resourceVersion")}},
                 content_type="application/merge-patch+json", accept=METADATA_ONLY))
     except ApiException as err:
         if err.status == 409:
             raise Conflict() from err
         raise
-    updated = copy.copy(obj)
     metadata = dict(answer.get("metadata") or {})
     metadata.pop("managedFields", None)  # as the cache holds it (watching.py)
-    updated.metadata = metadata
-    return updated
+    return with_metadata(obj, metadata, api.client)
 
 
-def deletion_blocked_note(kind: type[CustomResource], key: Key, raw: Mapping[str, Any],
+def deletion_blocked_note(resource: Resource, key: Key, raw: Mapping[str, Any],
                           finalizer: str, err: Exception, reason: str) -> str:
     """Why an object that no longer decodes cannot go, and the command that unblocks it
     by hand (removing our finalizer)."""
     finalizers = raw["metadata"].get("finalizers") or []
     where = f" -n {key[0]}" if key[0] else ""
-    command = (f"kubectl patch {kind.plural}.{kind.group} {key[1]}{where} --type=json "
+    command = (f"kubectl patch {resource} {key[1]}{where} --type=json "
                f"-p '[{{\"op\": \"remove\", \"path\": \"/metadata/finalizers/"
                f"{finalizers.index(finalizer)}\"}}]'")
-    return (f"deletion is blocked: the object no longer matches {kind.__name__} ({err}) "
+    return (f"deletion is blocked: the object no longer matches {resource.kind} ({err}) "
             f"and cleanup could not run ({reason}); fix the object, or remove the "
             f"finalizer {finalizer} by hand: {command}")

@@ -34,10 +34,23 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
+from operator_kit.api.kinds import Kind
 from operator_kit.api.resources import CustomResource
 from operator_kit.runtime.cache import Key
+
+
+class Resource(Protocol):
+    """The primary kind as mapping needs it: a `CustomResource` class, or the runner's
+    discovered `operator_kit.client.transport.Resource` for any kind."""
+
+    @property
+    def group(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def namespaced(self) -> bool: ...
 
 
 @dataclass
@@ -49,16 +62,16 @@ class Mapped:
     errors: list[str] = field(default_factory=list)
 
 
-def accepted(primary: type[CustomResource]) -> str:
+def accepted(primary: Resource) -> str:
     """What a mapper may return, for messages: names, keys or objects of `primary`."""
     scope = ("names (str, in the changed object's namespace), (namespace, name) keys"
              if primary.namespaced else "names (str), keys ('', name)")
     return (f"a mapper returns a list (any iterable) of {scope} or {primary.kind} objects "
-            f"({primary.__name__}, or dicts of kind {primary.kind} in "
+            f"(its class, or dicts of kind {primary.kind} in "
             f"{primary.group or 'the core group'}); None or [] for none")
 
 
-def primary_keys(result: object, primary: type[CustomResource],
+def primary_keys(result: object, primary: Resource,
                  changed: Mapping[str, Any]) -> Mapped:
     """The keys of the `primary` objects that `result` (what a mapper returned for the
     changed object `changed`, a dict from the API) names; see the module docstring."""
@@ -86,7 +99,7 @@ def primary_keys(result: object, primary: type[CustomResource],
     return mapped
 
 
-def _key(item: object, primary: type[CustomResource], namespace: str) -> Key | str:
+def _key(item: object, primary: Resource, namespace: str) -> Key | str:
     """The key `item` names, or the message saying why it names none."""
     if isinstance(item, str):
         if not primary.namespaced:
@@ -113,11 +126,27 @@ def _key(item: object, primary: type[CustomResource], namespace: str) -> Key | s
         if not isinstance(name, str) or not (ns is None or isinstance(ns, str)):
             return f"{describe(item)} (metadata.name and .namespace must be str)"
         return _checked(item, (ns or "", name), primary)
-    kind = f"a {primary.kind}" if _is_model(item) else "a name, a key or an object"
-    return f"{describe(item)} (not {kind})"
+    if _is_model(item):
+        meta = getattr(item, "metadata", None)
+        name, ns = getattr(meta, "name", None), getattr(meta, "namespace", None)
+        if _model_kind(item) != (primary.group, primary.kind):
+            return f"{describe(item)} (not a {primary.kind})"
+        if not isinstance(name, str) or not (ns is None or isinstance(ns, str)):
+            return f"{describe(item)} (metadata.name and .namespace must be str)"
+        return _checked(item, (ns or "", name), primary)
+    return f"{describe(item)} (not a name, a key or an object)"
 
 
-def _checked(item: object, key: Key, primary: type[CustomResource]) -> Key | str:
+def _model_kind(item: object) -> tuple[str, str] | None:
+    """The (group, kind) of a client model object, when its class names a known kind."""
+    try:
+        kind = Kind.of(type(item))
+    except (TypeError, ValueError):
+        return None
+    return kind.group, kind.kind
+
+
+def _checked(item: object, key: Key, primary: Resource) -> Key | str:
     namespace, name = key
     if not name:
         return f"{describe(item)} (no name)"

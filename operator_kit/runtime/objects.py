@@ -35,6 +35,7 @@ watch brings that version or a newer one.
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 from collections.abc import Mapping
@@ -44,7 +45,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from operator_kit.api.kinds import Kind, KindSpec
-from operator_kit.api.resources import CustomResource
+from operator_kit.api.resources import CustomResource, InvalidResource
 from operator_kit.api.shapes import json_copy
 from operator_kit.client.fencing import FencedApi, Refusal
 from operator_kit.client.transport import Api, Resource
@@ -96,15 +97,40 @@ class Objects:
         when the API server does not serve it."""
         spec = Kind.of(kind)
         custom = spec.custom_resource
-        if custom is not None and custom.api_version() == spec.api_version:
+        if spec.defined_here and custom is not None and custom.api_version() == spec.api_version:
             return resource_of(custom)  # declared in code: no discovery needed
         try:
             return self.api.resource_for(spec.api_version, spec.kind)
         except LookupError as err:
+            install = "" if spec.built_in else (
+                f"; {spec.kind} is another party's kind: install its CRD (the software that "
+                f"defines {spec.group}) first")
             raise LookupError(
-                f"{spec}: {err}. Check the group, version and kind (e.g. 'batch/v1/Job', "
-                "'v1/ConfigMap'), that the API server serves that version (kubectl "
-                "api-resources), and for a custom kind that its CRD is installed") from None
+                f"{spec}: {err}{self._served(spec)}. Check the group, version and kind (e.g. "
+                "'batch/v1/Job', 'v1/ConfigMap'), that the API server serves that version "
+                f"(kubectl api-resources){install}") from None
+
+    def _served(self, spec: Kind) -> str:
+        """What the API server serves of `spec`'s group, for an error message: its
+        versions, and the kinds of the version asked for."""
+        try:
+            if spec.group:
+                versions = [str(v["version"]) for v in
+                            self.api.get(f"/apis/{spec.group}").get("versions") or ()]
+            else:
+                versions = [str(v) for v in self.api.get("/api").get("versions") or ()]
+        except ApiException:
+            return f" (the API server serves no group {spec.group!r})" if spec.group else ""
+        if spec.version not in versions:
+            return f" (it serves {spec.group or 'the core group'} in {', '.join(versions)})"
+        try:
+            listing = self.api.get(f"/apis/{spec.api_version}" if spec.group
+                                   else f"/api/{spec.version}")
+        except ApiException:
+            return ""
+        kinds = sorted({str(r["kind"]) for r in listing.get("resources") or ()
+                        if "/" not in str(r.get("name", ""))})
+        return f" (its kinds in {spec.api_version}: {', '.join(kinds[:20])})"
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -168,19 +194,17 @@ class Objects:
                        if informer.holds(written) and not informer.has_seen(str(version))]
         return unseen
 
-    def owned(self, owner: CustomResource | Mapping[str, Any], kind: KindSpec) -> _Items:
-        """The objects of `kind` whose controller ownerReference is `owner`, from the
-        cache of the owned kind, ordered by name."""
+    def owned(self, owner: Any, kind: KindSpec) -> _Items:
+        """The objects of `kind` whose controller ownerReference is `owner` (in any form a
+        read returns), from the cache of the owned kind, ordered by name."""
         spec = Kind.of(kind)
-        uid = owner.uid if isinstance(owner, CustomResource) else (
-            owner.get("metadata", {}).get("uid"))
+        owner_meta = metadata_of(owner, self.api.client)
+        uid = owner_meta.get("uid")
         if not uid:
             raise ValueError("owned(): the owner has no uid; pass the object as read from "
                              "the API (the one reconcile got)")
         resource = self.resource(spec)
-        namespace = (owner.namespace if isinstance(owner, CustomResource)
-                     else owner.get("metadata", {}).get("namespace"))
-        where = namespace if resource.namespaced else None
+        where = owner_meta.get("namespace") if resource.namespaced else None
         candidates = self.informers.of(resource) if self.informers else []
         informers = [i for i in candidates if self.shard_selector is not None
                      and i.label_selector == self.shard_selector and not i.field_selector
@@ -383,13 +407,52 @@ def resource_of(kind: type[CustomResource]) -> Resource:
 # -- decoding and encoding ------------------------------------------------------------------
 
 def decode(spec: Kind, raw: dict[str, Any], api_client: client.ApiClient) -> Any:
-    """`raw` as `spec` asks: a CustomResource instance, a client model, or a dict copy."""
+    """`raw` as `spec` asks: a CustomResource instance, a client model, or a dict copy.
+
+    A CustomResource that does not match its type raises `InvalidResource`; so does a
+    client model the API's dict does not fit (its error, with the object named)."""
     custom = spec.custom_resource
     if custom is not None:
         return custom.from_dict(raw)
     if spec.resource is not None:
-        return decode_model(spec.resource, raw, api_client)
+        try:
+            return decode_model(spec.resource, raw, api_client)
+        except (TypeError, ValueError) as err:
+            meta = raw.get("metadata") or {}
+            where = "/".join(str(p) for p in (meta.get("namespace"), meta.get("name")) if p)
+            raise InvalidResource(f"{spec.kind} {where}: does not decode as "
+                                  f"{spec.resource.__name__}: {err}") from err
     return json_copy(raw)
+
+
+def metadata_of(obj: Any, api_client: client.ApiClient) -> Mapping[str, Any]:
+    """The API's metadata dict of `obj`, in any form a read returns (a CustomResource, a
+    dict, a client model): for the first two, the object's own (not a copy)."""
+    if isinstance(obj, CustomResource):
+        return obj.metadata
+    if isinstance(obj, Mapping):
+        return obj.get("metadata") or {}
+    meta = getattr(obj, "metadata", None)
+    return {} if meta is None else api_client.sanitize_for_serialization(meta) or {}
+
+
+def identity(obj: Any, api_client: client.ApiClient) -> tuple[Kind, Mapping[str, Any]]:
+    """The kind and the metadata dict of `obj`, in any form a read returns."""
+    if isinstance(obj, CustomResource):
+        return Kind.of(type(obj)), obj.metadata
+    if isinstance(obj, Mapping):
+        return Kind.of(f"{obj.get('apiVersion')}/{obj.get('kind')}"), obj.get("metadata") or {}
+    return Kind.of(type(obj)), metadata_of(obj, api_client)
+
+
+def with_metadata(obj: Any, metadata: dict[str, Any], api_client: client.ApiClient) -> Any:
+    """A copy of `obj` (any form a read returns) whose metadata is `metadata`."""
+    if isinstance(obj, CustomResource):
+        updated = copy.copy(obj)
+        updated.metadata = metadata
+        return updated
+    body = encode(obj, api_client)[1]
+    return obj_like(obj, {**body, "metadata": metadata}, api_client)
 
 
 def decode_model(model: type, raw: Mapping[str, Any], api_client: client.ApiClient) -> Any:

@@ -24,7 +24,7 @@ from kubernetes.client.exceptions import ApiException
 
 from operator_kit import logs, metrics, tracing
 from operator_kit.api.kinds import KindSpec
-from operator_kit.api.resources import CustomResource, InvalidResource
+from operator_kit.api.resources import InvalidResource
 from operator_kit.client.events import EventRecorder
 from operator_kit.client.fencing import FencedApi, Refusal
 from operator_kit.client.transport import (
@@ -35,6 +35,7 @@ from operator_kit.client.transport import (
 )
 from operator_kit.runtime.cache import describe
 from operator_kit.runtime.changes import WatchEvent
+from operator_kit.runtime.children import OwnedKinds
 from operator_kit.runtime.consistency import CaughtUp
 from operator_kit.runtime.context import AlreadyOwned, Context
 from operator_kit.runtime.controller import Action, Controller, checked_result
@@ -45,7 +46,7 @@ from operator_kit.runtime.finalizers import (
     remove_finalizer,
     set_finalizers,
 )
-from operator_kit.runtime.objects import Objects, resource_of
+from operator_kit.runtime.objects import Objects, decode, metadata_of
 from operator_kit.runtime.own_writes import OwnWrites
 from operator_kit.runtime.queueing import NORMAL_PRIORITY, Backoff, WorkQueue
 from operator_kit.runtime.scope import ShardScope
@@ -89,10 +90,12 @@ class ControllerRunner(EventSources):
         self.context = Context(api, field_manager=field_manager, recorder=recorder,
                                controller=self.name, objects=self.objects,
                                own_writes=self.own_writes,
-                               shard_label=shard.label if shard else None, cluster=cluster)
-        kind = controller.resource
+                               shard_label=shard.label if shard else None, cluster=cluster,
+                               owns=OwnedKinds(self.name, controller.owned_kinds()))
+        self.kind = controller.primary_kind()
         namespaces = controller.watch_namespaces()  # [None]: every namespace
-        self.resource = resource_of(kind)
+        # By discovery for any kind but the operator's own (declared in code).
+        self.resource = self._resource(self.kind, "resource")
         self.primaries: dict[str | None, Informer] = dict(zip(namespaces, informers.each(
             self.resource, namespaces, field_selector=controller.field_selector,
             label_selector=shard.selector(controller.label_selector) if shard
@@ -126,9 +129,9 @@ class ControllerRunner(EventSources):
                                  * REPLACEMENTS_PER_WORKER,
                                  stop=stop, start_worker=self._start_worker,
                                  on_timeout=self._timed_out, labels=self.labels)
-        self._owner_group = kind.group
-        self._owner_kind = kind.kind
-        self._namespaced = kind.namespaced
+        self._owner_group = self.resource.group
+        self._owner_kind = self.resource.kind
+        self._namespaced = self.resource.namespaced
         labels = self.labels
         self._reconciles = metrics.RECONCILES.labels(*labels)
         # Each with its controller-runtime twin (see operator_kit.metrics).
@@ -291,9 +294,8 @@ class ControllerRunner(EventSources):
         if self.shard is not None and self.shard.draining(raw):
             self._let_go(key, raw)
             return True
-        kind = self.controller.resource
         try:
-            obj = kind.from_dict(raw)
+            obj = decode(self.kind, raw, self.api.client)
         except InvalidResource as err:
             finalizer = self.controller.finalizer
             meta = raw.get("metadata", {})
@@ -326,7 +328,7 @@ class ControllerRunner(EventSources):
         self._settle(key, obj, attempt.started, action, failure)
         return True
 
-    def _settle(self, key: Key, obj: CustomResource, started: float, action: Action | None,
+    def _settle(self, key: Key, obj: Any, started: float, action: Action | None,
                 failure: Exception | None) -> None:
         """Count a reconcile that returned in time, and requeue, back off or forget."""
         result = "requeue"  # controller_runtime_reconcile_total's result label
@@ -397,7 +399,7 @@ class ControllerRunner(EventSources):
                  describe(key))
         self.queue.forget(key)
 
-    def _failed(self, key: Key, obj: CustomResource, err: Exception) -> None:
+    def _failed(self, key: Key, obj: Any, err: Exception) -> None:
         """A failed reconcile: count it, back off, say so in the log and on the object."""
         self._errors.inc()
         self._retries.inc()
@@ -431,60 +433,61 @@ class ControllerRunner(EventSources):
         except Exception as failure:  # noqa: BLE001 - reported below, retried with backoff
             reason = error_message(failure)
         delay = self.queue.add_failure(key)
-        note = deletion_blocked_note(self.controller.resource, key, raw, finalizer, err,
-                                     reason)
+        note = deletion_blocked_note(self.resource, key, raw, finalizer, err, reason)
         log.error("%s: %s: %s (retrying in %.1fs)", self.name, describe(key), note, delay)
         self.context.event(raw, True, "DeletionBlocked", note, action="Cleanup")
 
     def _remove_finalizer(self, raw: Mapping[str, Any], finalizer: str, api: Api) -> None:
-        remove_finalizer(raw, finalizer, api, kind=self.controller.resource,
+        remove_finalizer(raw, finalizer, api, resource=self.resource,
                          writes=self.own_primary_writes, controller=self.name)
 
-    def _gone(self, obj: CustomResource) -> bool:
+    def _gone(self, obj: Any) -> bool:
         """Whether `obj` no longer exists (a 404 from a reconcile may be about another
         object, a missing Secret say, which is a real failure). An object since created
         again under the same name is a different one (new uid): its own watch event
         brings it here. Asked where the kind is watched: a fleet member's primary kind may
         live on the hub (a FanOut's), and the member's API server would say 404."""
-        where = self.primary_of((obj.namespace or "", obj.name)).api
+        meta = metadata_of(obj, self.api.client)
+        namespace, name = meta.get("namespace"), str(meta.get("name"))
+        where = self.primary_of((namespace or "", name)).api
         try:
-            current = where.request("GET", resource_of(type(obj)).path(obj.namespace,
-                                                                        obj.name))
+            current = where.request("GET", self.resource.path(namespace, name))
         except ApiException as err:
             return bool(err.status == 404)
         except Exception:  # noqa: BLE001 - cannot tell: count the reconcile as failed
             return False
-        return bool(current.get("metadata", {}).get("uid") != obj.uid)
+        return bool(current.get("metadata", {}).get("uid") != meta.get("uid"))
 
-    def _reconcile(self, obj: CustomResource, refusal: Refusal | None) -> Action | None:
-        ctx = self.context.for_object(obj, refusal,
-                                      self.queue.triggers((obj.namespace or "", obj.name)))
+    def _reconcile(self, obj: Any, refusal: Refusal | None) -> Action | None:
+        meta = metadata_of(obj, self.api.client)
+        key = (meta.get("namespace") or "", str(meta.get("name")))
+        ctx = self.context.for_object(obj, refusal, self.queue.triggers(key))
         try:
             return checked_result(self.controller.reconcile(obj, ctx))
         finally:  # the next reconcile of obj reads these writes (consistency.py)
             if refusal is None or refusal() is None:  # not once it timed out
-                self.caught_up.remember((obj.namespace or "", obj.name),
-                                        ctx.objects.unseen_writes())
+                self.caught_up.remember(key, ctx.objects.unseen_writes())
 
-    def finalize_or_reconcile(self, obj: CustomResource,
-                              refusal: Refusal | None = None) -> Action | None:
+    def finalize_or_reconcile(self, obj: Any, refusal: Refusal | None = None) -> Action | None:
         """One pass of the finalizer state machine (see controller.py) for `obj`, with
         reconcile or cleanup (at most once) run in this thread; `Conflict` when our copy
         is stale as the finalizer is added, or its removal kept conflicting. With
         `refusal` (its timeout), every write of the pass is fenced by it."""
         finalizer = self.controller.finalizer
+        meta = metadata_of(obj, self.api.client)
         if finalizer is None:
-            if obj.deletion_timestamp:
+            if meta.get("deletionTimestamp"):
                 return None  # being deleted by others' finalizers: nothing to make
             return self._reconcile(obj, refusal)
         api = self.api if refusal is None else FencedApi(self.api, refusal)
-        if obj.deletion_timestamp:
-            if finalizer in obj.finalizers:
+        finalizers = list(meta.get("finalizers") or ())
+        if meta.get("deletionTimestamp"):
+            if finalizer in finalizers:
                 self.controller.cleanup(obj, self.context.for_object(obj, refusal))
-                self._remove_finalizer({"metadata": obj.metadata}, finalizer, api)
+                self._remove_finalizer({"metadata": meta}, finalizer, api)
             return None
-        if finalizer not in obj.finalizers:
-            obj = set_finalizers(obj, [*obj.finalizers, finalizer], api,
+        if finalizer not in finalizers:
+            obj = set_finalizers(obj, self.resource, [*finalizers, finalizer], api,
                                  writes=self.own_primary_writes)
         return self._reconcile(obj, refusal)
 

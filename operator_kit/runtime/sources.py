@@ -132,7 +132,7 @@ class EventSources:
                                                                      self.api.client)
                     # A session of its own: a mapper's writes (if any) stay its own.
                     mapped = primary_keys(watch.mapper(decoded, self.objects.session()),
-                                          self.controller.resource, obj)
+                                          self.resource, obj)
                 except Exception:
                     errors.inc()
                     log.exception("%s: mapper %s failed for %s %s: that event is dropped",
@@ -146,7 +146,7 @@ class EventSources:
                             "queued; its next errors are logged at DEBUG and counted in "
                             "operator_kit_mapper_errors_total)", self.name, mapper,
                             "; ".join(mapped.errors), spec, describe_object(obj),
-                            accepted(self.controller.resource))
+                            accepted(self.resource))
                     reported.set()
             priority = priority_of(self.controller, event)
             trigger = Trigger.of_event("watched", event, spec.kind, via=mapper) if keys else None

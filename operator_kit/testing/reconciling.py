@@ -27,6 +27,7 @@ from operator_kit.client.events import EventRecorder
 from operator_kit.client.transport import Api
 from operator_kit.runtime.controller import Action, Controller
 from operator_kit.runtime.finalizers import Conflict
+from operator_kit.runtime.objects import decode
 from operator_kit.runtime.runner import ControllerRunner
 from operator_kit.runtime.watching import Informers
 from operator_kit.testing.cluster import FIELD_MANAGER, Namespace, TestCluster
@@ -47,17 +48,17 @@ def reconcile_once(controller: Controller[Any], cluster: TestCluster, name: str,
     a change: the finalizer's removal is retried on the object read again, as in the
     operator, and cleanup runs once.
     """
-    kind = controller.resource
     where = namespace.name if isinstance(namespace, Namespace) else namespace
-    if kind.namespaced and not where:
-        raise ValueError(f"reconcile_once: {kind.kind} is namespaced; give the namespace "
-                         f"of {name!r}")
     api = Api(cluster.client)
     stop = threading.Event()
     informers = Informers(api, stop)
     runner = ControllerRunner(controller, api, field_manager=field_manager,
                               recorder=EventRecorder(api, field_manager), stop=stop,
                               informers=informers)
+    kind = runner.resource  # by discovery, for any kind
+    if kind.namespaced and not where:
+        raise ValueError(f"reconcile_once: {kind.kind} is namespaced; give the namespace "
+                         f"of {name!r}")
     for informer in informers.values():
         # The operator's first step for each cache, without the watch that follows.
         informer.relist()
@@ -69,7 +70,7 @@ def reconcile_once(controller: Controller[Any], cluster: TestCluster, name: str,
         raise LookupError(f"reconcile_once: controller {controller.name} sees no {kind.kind} "
                           f"{shown} (watching {runner.primary_of(key).description}): create it "
                           "first, in a namespace the controller watches")
-    obj = kind.from_dict(raw)
+    obj = decode(runner.kind, raw, api.client)
     try:
         return runner.finalize_or_reconcile(obj)
     except Conflict as err:
