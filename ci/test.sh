@@ -12,6 +12,7 @@ python -m pip install -q --disable-pip-version-check -e '.[test]'
 python -m pip install -q --disable-pip-version-check --no-deps -e samples/backup
 python -m pip install -q --disable-pip-version-check --no-deps -e samples/cronjob
 python -m pip install -q --disable-pip-version-check --no-deps -e samples/fleet
+python -m pip install -q --disable-pip-version-check --no-deps -e samples/tenancy
 
 if [ -z "${OPERATOR_KIT_TEST_KUBECONFIG:-}" ]; then
   plane_dir="$(mktemp -d)/plane"
