@@ -304,6 +304,9 @@ class Operator(WebhookServing):
             declared += [("owns", k) for k in controller.owned_kinds()]
             declared += [("watches", k) for k in controller.watched_kinds()]
             declared += [("indexes", Kind.of(i.kind)) for i in controller.indexes.values()]
+            if controller is self.controllers[0]:  # webhooks on another party's kinds
+                declared += [("webhook " + r.path, r.target) for r in self.webhook_registrations()
+                             if r.target is not None and not r.target.defined_here]
             for where, kind in declared:
                 try:
                     objects.resource(kind.api_version + "/" + kind.kind)

@@ -64,7 +64,12 @@ from operator_kit.manifests._monitoring import (
     service_monitor,
 )
 from operator_kit.manifests._rbac import Rbac
-from operator_kit.manifests._webhooks import WebhookRule, WebhookTarget, webhook_configuration
+from operator_kit.manifests._webhooks import (
+    WebhookRule,
+    WebhookTarget,
+    excluding_namespace,
+    webhook_configuration,
+)
 from operator_kit.settings import ENV, METRICS_PORT, NAME_ENV, PROBE_PORT
 from operator_kit.webhooks.certificates import INJECT_CA_FROM, ExternalCertificate
 
@@ -167,8 +172,8 @@ def operator_manifests(operator: Operator, *, app: str, namespace: str, image: s
         docs += _metrics_documents(operator, namespace, certificate,
                                    webhooks=bool(registrations), secure=metrics_secure)
     for mutating in (False, True):
-        rules = [WebhookRule(r.kind, r.path) for r in registrations
-                 if r.kind is not None and r.type == ("mutate" if mutating else "validate")]
+        rules = [_webhook_rule(r, namespace) for r in registrations
+                 if r.target is not None and r.type == ("mutate" if mutating else "validate")]
         if rules:
             name = (operator.mutating_configuration if mutating
                     else operator.validating_configuration)
@@ -242,6 +247,19 @@ def _replicas(operator: Operator, replicas: int | None) -> int:
             f"the same objects at once; use --replicas 1, or give Operator "
             f"{operator.name!r} leader_election=LeaderElection()")
     return replicas
+
+
+def _webhook_rule(registration: Registration, namespace: str) -> WebhookRule:
+    """The rule of an admission webhook; on a kind the operator does not define, one that
+    leaves the operator's own namespace out (`excluding_namespace`)."""
+    target = registration.target
+    assert target is not None
+    selector = registration.namespace_selector
+    if not target.defined_here:
+        selector = excluding_namespace(selector, namespace)
+    return WebhookRule(registration.kind or target, registration.path,
+                       namespace_selector=selector,
+                       object_selector=registration.object_selector)
 
 
 def _made_by_kubernetes(namespace: str) -> bool:

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from operator_kit.api.kinds import Kind
 from operator_kit.api.resources import CustomResource
 
 
@@ -41,30 +42,48 @@ class WebhookTarget:
 
 @dataclass(frozen=True)
 class WebhookRule:
-    """Send `operations` on `kind` (in any version, converted to `kind`'s) to `path`."""
+    """Send `operations` on `kind` (in any version, converted to `kind`'s) to `path`.
 
-    kind: type[CustomResource]
+    `kind` is a CustomResource class or any `Kind` (a built-in kind, another party's);
+    `namespace_selector` and `object_selector`, when given, are this webhook's (else the
+    configuration's)."""
+
+    kind: type[CustomResource] | Kind
     path: str
     operations: tuple[str, ...] = ("CREATE", "UPDATE")
+    namespace_selector: Mapping[str, Any] | None = None
+    object_selector: Mapping[str, Any] | None = None
 
     def rule(self) -> dict[str, Any]:
         """The webhook's ``rules`` entry: the kind's group, version, plural and operations."""
         # Only the handler's own version: with matchPolicy Equivalent the API server
         # converts requests in any other version to it before calling the webhook.
-        kind = self.kind
+        kind = Kind.of(self.kind)
+        namespaced = kind.namespaced
         return {
             "apiGroups": [kind.group],
             "apiVersions": [kind.version],
             "operations": list(self.operations),
-            "resources": [kind.plural],
-            "scope": "Namespaced" if kind.namespaced else "Cluster",
+            "resources": [kind.resource_name],
+            "scope": "*" if namespaced is None else "Namespaced" if namespaced else "Cluster",
         }
 
 
 def webhook_name(rule: WebhookRule) -> str:
-    """A fully qualified webhook name from the path and the kind's group."""
+    """A fully qualified webhook name from the path and the kind's group (``core`` for
+    the core group's kinds)."""
     slug = re.sub(r"[^a-z0-9]+", "-", rule.path.lower()).strip("-") or "webhook"
-    return f"{slug}.{rule.kind.group}"
+    return f"{slug}.{Kind.of(rule.kind).group or 'core'}"
+
+
+def excluding_namespace(selector: Mapping[str, Any] | None, namespace: str) -> dict[str, Any]:
+    """`selector` (a label selector of namespaces) that also leaves `namespace` out: a
+    webhook on a kind the operator does not define (Pods, Deployments) must not stop the
+    operator's own namespace, its own Pods included, when the webhook is broken."""
+    expressions = [*((selector or {}).get("matchExpressions") or ()),
+                   {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                    "values": [namespace]}]
+    return {**(selector or {}), "matchExpressions": expressions}
 
 
 def webhook_configuration(
@@ -93,10 +112,12 @@ def webhook_configuration(
             "clientConfig": target.client_config(rule.path),
             "rules": [rule.rule()],
         }
-        if namespace_selector is not None:
-            hook["namespaceSelector"] = dict(namespace_selector)
-        if object_selector is not None:
-            hook["objectSelector"] = dict(object_selector)
+        namespaces = rule.namespace_selector or namespace_selector
+        objects = rule.object_selector or object_selector
+        if namespaces is not None:
+            hook["namespaceSelector"] = dict(namespaces)
+        if objects is not None:
+            hook["objectSelector"] = dict(objects)
         if mutating:
             hook["reinvocationPolicy"] = "Never"
         webhooks.append(hook)

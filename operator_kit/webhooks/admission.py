@@ -14,12 +14,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from operator_kit.api.resources import CustomResource, InvalidResource
+from operator_kit.api.kinds import Kind
+from operator_kit.api.resources import InvalidResource
 
 __all__ = ["AdmissionRequest", "BadInput", "Denied", "InvalidObject", "admission_answer",
            "admission_request", "denial_response", "wrap_review"]
 
-K = TypeVar("K", bound=CustomResource)
+K = TypeVar("K")  # the registered kind's form: a CustomResource, a client model or a dict
 
 ADMISSION_API_VERSION = "admission.k8s.io/v1"
 
@@ -80,7 +81,10 @@ class InvalidObject(BadInput):
     code 422 shows it what is wrong with the object instead."""
 
 
-def admission_request(kind: type[K], review: dict[str, Any]) -> AdmissionRequest[K]:
+def admission_request(kind: Kind, review: dict[str, Any],
+                      decode: Callable[[Kind, dict[str, Any]], Any]) -> AdmissionRequest[Any]:
+    """The review's request, its objects decoded as `kind` by `decode` (the form the kind
+    was registered in: its CustomResource class, a client model or the API's dict)."""
     raw = review["request"]
     operation = raw.get("operation")
     if not isinstance(operation, str) or not operation:
@@ -91,8 +95,8 @@ def admission_request(kind: type[K], review: dict[str, Any]) -> AdmissionRequest
         kind=_mapping(raw, "kind"),
         resource=_mapping(raw, "resource"),
         operation=operation,
-        object=_typed(kind, raw.get("object"), "request.object"),
-        old_object=_typed(kind, raw.get("oldObject"), "request.oldObject"),
+        object=_typed(kind, decode, raw.get("object"), "request.object"),
+        old_object=_typed(kind, decode, raw.get("oldObject"), "request.oldObject"),
         user_info=_mapping(raw, "userInfo"),
         name=str(raw.get("name") or ""),
         namespace=str(namespace) if namespace else None,
@@ -101,15 +105,17 @@ def admission_request(kind: type[K], review: dict[str, Any]) -> AdmissionRequest
     )
 
 
-def _typed(kind: type[K], value: Any, where: str) -> K | None:
+def _typed(kind: Kind, decode: Callable[[Kind, dict[str, Any]], Any], value: Any,
+           where: str) -> Any:
     if value is None:
         return None
     if not isinstance(value, dict):
         raise BadInput(f"{where} is not an object, got {json_type(value)}")
     try:
-        return kind.from_dict(value)
+        return decode(kind, value)
     except InvalidResource as err:
-        message = f"{where} is not a valid {kind.__name__}: {err}"
+        form = kind.resource.__name__ if kind.resource is not None else kind.kind
+        message = f"{where} is not a valid {form}: {err}"
         if where == "request.object":
             raise InvalidObject(message) from None
         raise BadInput(message) from None

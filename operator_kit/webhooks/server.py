@@ -64,11 +64,12 @@ import json
 import logging
 import reprlib
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 import flask
+from kubernetes.client import ApiClient
 from werkzeug.exceptions import (
     ClientDisconnected,
     HTTPException,
@@ -77,8 +78,10 @@ from werkzeug.exceptions import (
 )
 
 from operator_kit import metrics
+from operator_kit.api.kinds import Kind, KindSpec
 from operator_kit.api.resources import CustomResource
 from operator_kit.metrics import WEBHOOK_DURATION, WEBHOOK_REQUESTS
+from operator_kit.runtime.objects import decode, encode
 from operator_kit.webhooks.admission import (
     ADMISSION_API_VERSION,
     AdmissionRequest,
@@ -100,7 +103,7 @@ __all__ = ["AdmissionRequest", "Denied", "Registration", "Webhooks"]
 
 logger = logging.getLogger("operator_kit.webhooks")
 
-K = TypeVar("K", bound=CustomResource)
+K = TypeVar("K")  # the registered kind's form: a CustomResource, a client model or a dict
 
 # An UPDATE's AdmissionReview carries the object and its old version, each up to the
 # API server's 3 MiB request limit, plus the request's other fields.
@@ -125,6 +128,11 @@ class Registration:
     type: Literal["validate", "mutate", "convert"]
     path: str
     kind: builtins.type[CustomResource] | None
+    target: Kind | None = field(default=None, compare=False)
+    """The kind of an admission webhook in any form (``kind`` is its CustomResource
+    class, when it is one); None for a conversion webhook."""
+    namespace_selector: Mapping[str, Any] | None = None
+    object_selector: Mapping[str, Any] | None = None
 
 
 ValidateHandler = Callable[[AdmissionRequest[K]], None]
@@ -165,16 +173,24 @@ class Webhooks(flask.Flask):
     # ------------------------------------------------------------------ registration
 
     def validate(
-        self, kind: type[K], path: str
+        self, kind: KindSpec, path: str, *, namespace_selector: Mapping[str, Any] | None = None,
+        object_selector: Mapping[str, Any] | None = None,
     ) -> Callable[[ValidateHandler[K]], ValidateHandler[K]]:
         """Register a validating webhook for `kind` at `path`.
 
-        The handler gets the `AdmissionRequest`; returning allows, raising `Denied` denies.
+        `kind` is any form a kind is named in (`operator_kit.api.kinds`): the handler
+        gets the objects in that form (a CustomResource, a client model, the API's
+        dict). `namespace_selector` and `object_selector` (label selectors, as the
+        webhook configuration's) narrow what the API server sends; for a kind the
+        operator does not define, its own namespace is excluded as well, so a broken
+        webhook on Pods cannot stop the operator's own Pods from starting. The handler
+        gets the `AdmissionRequest`; returning allows, raising `Denied` denies.
         """
+        target = Kind.of(kind)
 
         def register(handler: ValidateHandler[K]) -> ValidateHandler[K]:
             def answer(review: dict[str, Any]) -> tuple[dict[str, Any], str]:
-                request = admission_request(kind, review)
+                request = admission_request(target, review, _decode)
                 try:
                     handler(request)
                 except Denied as denial:
@@ -184,33 +200,41 @@ class Webhooks(flask.Flask):
                     return admission_answer(request, denial_response(internal_error(path))), "error"
                 return admission_answer(request, {"allowed": True}), "allowed"
 
-            self._add_webhook(Registration("validate", path, kind), answer)
+            self._add_webhook(Registration("validate", path, target.custom_resource, target,
+                                           namespace_selector, object_selector), answer)
             return handler
 
         return register
 
-    def mutate(self, kind: type[K], path: str) -> Callable[[MutateHandler[K]], MutateHandler[K]]:
-        """Register a mutating webhook for `kind` at `path`.
+    def mutate(
+        self, kind: KindSpec, path: str, *, namespace_selector: Mapping[str, Any] | None = None,
+        object_selector: Mapping[str, Any] | None = None,
+    ) -> Callable[[MutateHandler[K]], MutateHandler[K]]:
+        """Register a mutating webhook for `kind` at `path` (any form of kind, and the
+        selectors, as for `validate`).
 
         On CREATE and UPDATE the handler gets the object and the request and returns the
-        object as it should be; other operations are allowed unchanged. `Denied` denies.
+        object as it should be, in the same form; other operations are allowed
+        unchanged. `Denied` denies.
         """
+        target = Kind.of(kind)
+        form = _form(target)
 
         def register(handler: MutateHandler[K]) -> MutateHandler[K]:
             def answer(review: dict[str, Any]) -> tuple[dict[str, Any], str]:
-                request = admission_request(kind, review)
+                request = admission_request(target, review, _decode)
                 if request.operation not in ("CREATE", "UPDATE"):
                     return admission_answer(request, {"allowed": True}), "allowed"
                 if request.object is None:
                     raise BadInput(f"request.object is required for {request.operation}")
                 try:
                     returned = handler(request.object, request)
-                    if not isinstance(returned, kind):
+                    if not isinstance(returned, form):
                         raise TypeError(
                             f"mutating webhook handler {handler_name(handler)} returned "
-                            f"{type(returned).__name__}; it must return the {kind.__name__}"
+                            f"{type(returned).__name__}; it must return the {form.__name__}"
                         )
-                    patch = json_patch(request.raw["object"], returned.to_dict())
+                    patch = json_patch(request.raw["object"], encode(returned, _CLIENT)[1])
                 except Denied as denial:
                     return admission_answer(request, denial_response(denial.message)), "denied"
                 except Exception:  # noqa: BLE001  (logged with its traceback there)
@@ -222,7 +246,8 @@ class Webhooks(flask.Flask):
                 response = {"allowed": True, "patchType": "JSONPatch", "patch": encoded}
                 return admission_answer(request, response), "patched"
 
-            self._add_webhook(Registration("mutate", path, kind), answer)
+            self._add_webhook(Registration("mutate", path, target.custom_resource, target,
+                                           namespace_selector, object_selector), answer)
             return handler
 
         return register
@@ -382,6 +407,20 @@ class Webhooks(flask.Flask):
         if isinstance(err, MethodNotAllowed) and err.valid_methods:
             response.headers["Allow"] = ", ".join(err.valid_methods)
         return response
+
+
+# Decodes admission objects into client models (kubernetes < 37 needs an ApiClient for
+# that; it makes no connection).
+_CLIENT = ApiClient()
+
+
+def _decode(kind: Kind, raw: dict[str, Any]) -> Any:
+    return decode(kind, raw, _CLIENT)
+
+
+def _form(kind: Kind) -> builtins.type:
+    """The class a mutating handler returns: the kind's class, or dict."""
+    return kind.resource if kind.resource is not None else dict
 
 
 def _root_of(kind: Any) -> type[CustomResource]:

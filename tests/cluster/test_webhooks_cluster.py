@@ -138,7 +138,8 @@ def free_port() -> int:
 class Gunicorn:
     """``gunicorn operator_kit.webhooks:app`` serving this module's `webhooks` over TLS."""
 
-    def __init__(self, cert: WebhookCertificate, directory: Path) -> None:
+    def __init__(self, cert: WebhookCertificate, directory: Path,
+                 app: str = f"{__name__}:webhooks") -> None:
         self.port = free_port()
         self.directory = directory
         self.captured = directory / "captured"
@@ -148,7 +149,7 @@ class Gunicorn:
         self.files = cert.install(directory, point_server=False)
         env = {
             **os.environ,
-            "OPERATOR_KIT_APP": f"{__name__}:webhooks",
+            "OPERATOR_KIT_APP": app,
             "OPERATOR_KIT_TLS_DIR": str(directory),
             "OPERATOR_KIT_BIND": f"127.0.0.1:{self.port}",
             CAPTURE_ENV: str(self.captured),

@@ -162,3 +162,64 @@ def test_context_accepts_any_owner_form_for_owner_references() -> None:
                 "controller": True, "blockOwnerDeletion": True}
     assert owner_reference(as_dict, api_client) == expected
     assert owner_reference(model, api_client) == expected
+
+
+# -- webhooks on kinds the operator does not define -----------------------------------------
+
+def pod_review(pod: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "u1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                        "resource": {"group": "", "version": "v1", "resource": "pods"},
+                        "name": "p", "namespace": "ns", "operation": "CREATE",
+                        "userInfo": {"username": "alice"}, "object": pod}}
+
+
+POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns"},
+       "spec": {"containers": [{"name": "main", "image": "forbidden"}]}}
+
+
+def test_pod_webhooks_get_dicts_or_models_as_registered() -> None:
+    from operator_kit.webhooks.server import AdmissionRequest, Denied, Webhooks
+
+    app = Webhooks()
+    seen: list[type] = []
+
+    @app.mutate("v1/Pod", "/mutate-pod")
+    def mutate(pod: dict[str, Any], request: AdmissionRequest[dict[str, Any]]) -> dict[str, Any]:
+        seen.append(type(pod))
+        pod["metadata"]["labels"] = {"mutated": "yes"}
+        return pod
+
+    @app.validate(k8s.V1Pod, "/validate-pod")
+    def validate(request: AdmissionRequest[k8s.V1Pod]) -> None:
+        assert request.object is not None
+        seen.append(type(request.object))
+        if request.object.spec.containers[0].image == "forbidden":
+            raise Denied("no")
+
+    @app.mutate("v1/Pod", "/wrong-form")
+    def wrong(pod: dict[str, Any], request: AdmissionRequest[dict[str, Any]]) -> Any:
+        return k8s.V1Pod()
+
+    http = app.test_client()
+    mutated = http.post("/mutate-pod", json=pod_review(POD)).get_json()["response"]
+    assert mutated["allowed"] and mutated["patchType"] == "JSONPatch"
+    denied = http.post("/validate-pod", json=pod_review(POD)).get_json()["response"]
+    assert denied["allowed"] is False and denied["status"]["message"] == "no"
+    assert seen == [dict, k8s.V1Pod]
+    refused = http.post("/wrong-form", json=pod_review(POD)).get_json()["response"]
+    assert refused["allowed"] is False
+    registrations = {r.path: r for r in app.registrations()}
+    assert registrations["/validate-pod"].kind is None
+    assert str(registrations["/validate-pod"].target) == "v1/Pod"
+
+
+def test_webhook_rules_for_built_in_and_unknown_scopes() -> None:
+    from operator_kit.manifests import WebhookRule
+
+    assert WebhookRule(Kind.of("v1/Pod"), "/p").rule()["scope"] == "Namespaced"
+    assert WebhookRule(Kind.of("v1/Namespace"), "/n").rule()["scope"] == "Cluster"
+    unknown = WebhookRule(Kind.of("cert-manager.io/v1/Certificate"), "/c").rule()
+    assert unknown == {"apiGroups": ["cert-manager.io"], "apiVersions": ["v1"],
+                       "operations": ["CREATE", "UPDATE"], "resources": ["certificates"],
+                       "scope": "*"}
