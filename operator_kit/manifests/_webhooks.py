@@ -70,10 +70,12 @@ class WebhookRule:
 
 
 def webhook_name(rule: WebhookRule) -> str:
-    """A fully qualified webhook name from the path and the kind's group (``core`` for
-    the core group's kinds)."""
+    """A fully qualified webhook name from the path and the kind's group; the API server
+    wants three segments, so a built-in group without a dot (``core`` for the core
+    group, ``apps``) is followed by ``operator-kit.io``."""
     slug = re.sub(r"[^a-z0-9]+", "-", rule.path.lower()).strip("-") or "webhook"
-    return f"{slug}.{Kind.of(rule.kind).group or 'core'}"
+    group = Kind.of(rule.kind).group or "core"
+    return f"{slug}.{group}" if "." in group else f"{slug}.{group}.operator-kit.io"
 
 
 def excluding_namespace(selector: Mapping[str, Any] | None, namespace: str) -> dict[str, Any]:

@@ -73,7 +73,8 @@ def setup(cluster: TestCluster) -> Iterator[Setup]:
     own, tenant = cluster.namespace("podhooks"), cluster.namespace("tenant")
     tmp = tempfile.TemporaryDirectory(prefix="okpod-")
     cert = WebhookCertificate.generate(operator.webhook_service, own.name)
-    server = Gunicorn(cert, Path(tmp.name), app=f"{__name__}:operator")
+    server = Gunicorn(cert, Path(tmp.name), app=f"{__name__}:operator.webhooks",
+                      probe="/validate-pod")
     docs = operator_manifests(operator, app=f"{__name__}:operator", namespace=own.name,
                               image="podhooks:test", ca_bundle=cert.ca_pem,
                               webhook_port=server.port)
@@ -113,7 +114,8 @@ def test_the_generated_configuration_has_pod_rules_and_leaves_the_operators_name
                               image="podhooks:test")
     hooks = [h for d in docs if d["kind"].endswith("WebhookConfiguration")
              for h in d["webhooks"]]
-    assert {h["name"] for h in hooks} == {"mutate-pod.core", "validate-pod.core"}
+    assert {h["name"] for h in hooks} == {"mutate-pod.core.operator-kit.io",
+                                          "validate-pod.core.operator-kit.io"}
     for hook in hooks:
         assert hook["rules"][0]["resources"] == ["pods"]
         assert hook["rules"][0]["apiGroups"] == [""]

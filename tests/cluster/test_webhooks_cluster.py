@@ -139,8 +139,9 @@ class Gunicorn:
     """``gunicorn operator_kit.webhooks:app`` serving this module's `webhooks` over TLS."""
 
     def __init__(self, cert: WebhookCertificate, directory: Path,
-                 app: str = f"{__name__}:webhooks") -> None:
+                 app: str = f"{__name__}:webhooks", probe: str = "/validate") -> None:
         self.port = free_port()
+        self.probe = probe  # a webhook path: a GET of it answers 405 once serving
         self.directory = directory
         self.captured = directory / "captured"
         self.captured.mkdir()
@@ -180,7 +181,7 @@ class Gunicorn:
         assert self.process.poll() is None, f"gunicorn exited: {self.output()}"
         connection = self.connect()
         try:
-            connection.request("GET", "/validate")
+            connection.request("GET", self.probe)
             return connection.getresponse().status == 405
         finally:
             connection.close()

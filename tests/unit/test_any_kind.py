@@ -223,3 +223,12 @@ def test_webhook_rules_for_built_in_and_unknown_scopes() -> None:
     assert unknown == {"apiGroups": ["cert-manager.io"], "apiVersions": ["v1"],
                        "operations": ["CREATE", "UPDATE"], "resources": ["certificates"],
                        "scope": "*"}
+
+
+def test_a_sharded_controller_over_another_partys_kind_may_patch_its_shard_label() -> None:
+    from operator_kit import LeaderElection, Operator, Sharding
+
+    operator = Operator("sharded", [controller("v1/ConfigMap")],
+                        leader_election=LeaderElection(), sharding=Sharding())
+    rules = {(r.api_groups[0], r.resources[0]): set(r.verbs) for r in operator.rules()}
+    assert rules[("", "configmaps")] == {"get", "list", "watch", "patch"}

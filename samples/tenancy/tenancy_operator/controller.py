@@ -13,7 +13,7 @@ from typing import Any
 
 from operator_kit.filters import spec_changed
 
-from operator_kit import Context, Controller, Watch
+from operator_kit import Context, Controller, Rule, Watch
 from tenancy_operator.resources import TenancyPolicy, TenancyPolicySpec
 
 TENANT_LABEL = "tenancy.example.com/tenant"
@@ -33,6 +33,9 @@ class TenantNamespaces(Controller[dict[str, Any]]):
     # does not).
     watches = (Watch(TenancyPolicy, tenant_namespaces, filters=[spec_changed]),)
     finalizer = "tenancy.example.com/release"
+    # It writes the policy's status too (the list of tenants): a kind it watches, not
+    # its primary, so the rule is declared (running as its ServiceAccount proves it).
+    rules = (Rule(["tenancy.example.com"], ["tenancypolicies/status"], ["patch"]),)
 
     def reconcile(self, ns: dict[str, Any], ctx: Context) -> None:
         policy = ctx.get(TenancyPolicy, POLICY)
