@@ -10,6 +10,7 @@ Only the public names are here; everything else is internal to its module.
 
 import sys
 
+from operator_kit._stability import ExperimentalWarning
 from operator_kit._version import __version__ as __version__
 from operator_kit.api.conditions import Condition, Conditions, find_condition, set_condition
 from operator_kit.api.kinds import Kind
@@ -63,6 +64,7 @@ __all__ = [
     "CustomResource",
     "ExclusiveMaximum",
     "ExclusiveMinimum",
+    "ExperimentalWarning",
     "Fenced",
     "Format",
     "Index",

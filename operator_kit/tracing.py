@@ -1,6 +1,9 @@
 """OpenTelemetry traces, when the operator sets up OpenTelemetry: from a watch event
 through the work queue to the reconcile and its API calls.
 
+**Experimental** (docs/stability.md): span names and attributes may change in a minor
+release; the first span recorded warns once (`operator_kit.ExperimentalWarning`).
+
 Optional: install ``operator_kit[tracing]`` (``opentelemetry-api``) and configure a
 tracer provider with the OpenTelemetry SDK and an exporter, as any Python program does
 (``opentelemetry.trace.set_tracer_provider``). Until a provider is set -- or without the
@@ -28,6 +31,8 @@ import time
 from collections.abc import Iterable, Iterator, MutableMapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Protocol
+
+from operator_kit._stability import experimental
 
 try:
     from opentelemetry import propagate, trace
@@ -59,7 +64,10 @@ def enabled() -> bool:
     if trace is None:
         return False
     provider = trace.get_tracer_provider()
-    return not isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
+    if isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider)):
+        return False
+    experimental("operator_kit.tracing")  # once: the first span recorded
+    return True
 
 
 def _tracer() -> Tracer:

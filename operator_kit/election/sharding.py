@@ -91,6 +91,7 @@ import socket
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from operator_kit._stability import experimental
 from operator_kit.api.rbac import Rule
 from operator_kit.election.leader import LeaderElection
 
@@ -109,6 +110,8 @@ _DNS_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 @dataclass(frozen=True)
 class Sharding:
     """Which controllers are sharded, the assignment label, and the member Lease timings.
+
+    **Experimental** (docs/stability.md): may change in a minor release; warns once.
 
     ``controllers``: the names of the sharded controllers (None: every controller); the
     others run on the leader only. ``label``: the label key that records the assignment
@@ -129,6 +132,7 @@ class Sharding:
     identity: str | None = None
 
     def __post_init__(self) -> None:
+        experimental("operator_kit.Sharding", stacklevel=3)  # past the dataclass' __init__
         if isinstance(self.controllers, str):
             raise TypeError(f"Sharding controllers must be a list of controller names, not "
                             f"the string {self.controllers!r}; write [{self.controllers!r}]")

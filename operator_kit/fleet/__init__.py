@@ -7,6 +7,9 @@ a `Fleet` runs the fleet controllers on each, apart, while clusters join and lea
 (`operator_kit.fleet.supervisor`). A `FanOut` keeps the children one hub object
 declares in step on every member, with a status entry per cluster on the hub object
 (`operator_kit.fleet.fanout`).
+
+**Experimental** (docs/stability.md): every name here may change in a minor release; the
+first `Fleet` warns once (`operator_kit.ExperimentalWarning`).
 """
 
 from operator_kit.fleet.fanout import ClusterStatus, ClusterStatuses, FanOut

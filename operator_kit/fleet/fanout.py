@@ -144,7 +144,7 @@ class FanOut(Controller[R]):
     `children`; run it with ``Fleet.of(operator, provider)``. ``orphan_after`` (seconds,
     default 300; None: for ever) bounds how long the deletion of a hub object waits for
     unreachable members; ``status_interval`` how often the hub side looks at the
-    members. See the module docstring for the design."""
+    members. See the module docstring for the design. **Experimental** (docs/stability.md)."""
 
     child_kinds: Sequence[KindSpec] = ()
     status_field: str = "clusters"

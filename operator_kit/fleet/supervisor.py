@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from operator_kit import metrics
+from operator_kit._stability import experimental
 from operator_kit.client.events import EventRecorder
 from operator_kit.client.fencing import FencedApi, Refusal
 from operator_kit.client.transport import Api, error_message
@@ -219,7 +220,7 @@ class Member:
 
 class Fleet:
     """Runs fleet controllers (``Controller.fleet = True``) on every member cluster that
-    `provider` names, while clusters join and leave.
+    `provider` names, while clusters join and leave. **Experimental** (docs/stability.md).
 
     Standalone: ``Fleet("my-operator", [MyController()], KubeconfigDirectory(d))`` then
     `start` and `stop`. Beside an `Operator` (whose hub leaves its fleet controllers to
@@ -234,6 +235,7 @@ class Fleet:
                  may_reconcile: Callable[[], bool] = lambda: True,
                  shutdown_timeout: float = 30.0, watch_stall_timeout: float = 90.0,
                  shards: ClusterShards | None = None) -> None:
+        experimental("operator_kit.fleet")
         names = [c.name for c in controllers]
         if len(set(names)) != len(names):
             raise ValueError(f"fleet {name}: two controllers share a name in {names}; give "
@@ -268,6 +270,7 @@ class Fleet:
         operator's Api, and the operator's ``fleet`` is set to the fleet, so that its
         manifests grant what the provider reads in the hub (`HubAccess`). A `FanOut`'s
         hub side runs in the operator, its member side on each member."""
+        experimental("operator_kit.fleet")
         controllers = [c for c in operator.controllers if c.fleet or isinstance(c, FanOut)]
         if not controllers:
             raise ValueError(f"operator {operator.name} has no fleet controllers: set "

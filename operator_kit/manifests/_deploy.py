@@ -464,7 +464,7 @@ def network_policy(name: str, namespace: str, *, webhooks: bool = True) -> dict[
 
     Egress is left open: the operator calls the API server, whose address behind the
     ``kubernetes`` Service (after its DNAT, which is what a NetworkPolicy sees) differs
-    from cluster to cluster; a guessed rule would cut the operator off (README,
+    from cluster to cluster; a guessed rule would cut the operator off (docs/how-to/deploying.md,
     "kube-score")."""
     return {
         "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",

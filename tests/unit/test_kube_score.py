@@ -2,7 +2,7 @@
 
 kube-score is built from the Go module proxy by .ci/run (``KUBE_SCORE`` points at it);
 without it these tests skip, with it they fail on any CRITICAL or WARNING that is not in
-`EXPLAINED` (README, "kube-score").
+`EXPLAINED` (docs/how-to/deploying.md, "kube-score").
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from operator_kit.webhooks.certificates import ExternalCertificate
 
 KUBE_SCORE_VERSION = "v1.20.0"
 
-# (check text, why it stays) — each one explained in README's "kube-score" section.
+# (check text, why it stays) — each one explained in docs/how-to/deploying.md, "kube-score".
 EXPLAINED = {
     "ImagePullPolicy is not set to Always":
         "IfNotPresent (Kubernetes' default for a tagged image) lets an image loaded into "
