@@ -10,6 +10,8 @@ watches, Events and status where the kind has one the operator may write.
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -398,3 +400,20 @@ def test_a_forbidden_child_names_every_verb_and_owns(
     assert message.startswith("403"), message
     assert "get, create, patch" in message and "owns" in message, message
     assert "'v1/ConfigMap'" in message, message
+
+
+@pytest.mark.usefixtures("gadget_kind")
+def test_the_manifests_of_every_shape_pass_a_server_side_dry_run(namespace: Namespace) -> None:
+    """A built-in cluster-scoped kind with a finalizer, a built-in kind as a model with a
+    watch, another team's CRD with status: the generated documents (no CRD among them)
+    are accepted by the API server."""
+    operator = Operator("any-kind-shapes", [NamespaceDefaults("a=b"),
+                                            RestartOnConfig(namespace.name),
+                                            TypedGadgets(namespace.name)])
+    docs = manifests.operator_manifests(operator, app="shapes:operator",
+                                        namespace=namespace.name, image="shapes:1")
+    assert not [d for d in docs if d["kind"] == "CustomResourceDefinition"]
+    applied = subprocess.run(["kubectl", "apply", "--dry-run=server", "-f", "-"],
+                             input=manifests.to_yaml(docs), capture_output=True, text=True,
+                             env={**os.environ, "KUBECONFIG": namespace.cluster.kubeconfig})
+    assert applied.returncode == 0, applied.stderr
