@@ -22,7 +22,16 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from operator_kit import Context, Controller, CustomResource, Operator, Watch, manifests
+from operator_kit import (
+    Context,
+    Controller,
+    CustomResource,
+    LeaderElection,
+    Operator,
+    Sharding,
+    Watch,
+    manifests,
+)
 from operator_kit.client.transport import api_client
 from operator_kit.testing import Namespace, TestCluster, eventually
 from operator_kit.testing.deploy import service_account_kubeconfig
@@ -417,3 +426,51 @@ def test_the_manifests_of_every_shape_pass_a_server_side_dry_run(namespace: Name
                              input=manifests.to_yaml(docs), capture_output=True, text=True,
                              env={**os.environ, "KUBECONFIG": namespace.cluster.kubeconfig})
     assert applied.returncode == 0, applied.stderr
+
+
+# -- sharding a built-in kind ---------------------------------------------------------------
+
+class ShardedConfigMaps(Controller[dict[str, Any]]):
+    """Records which member reconciled each ConfigMap labelled for this test."""
+
+    resource = "v1/ConfigMap"
+    label_selector = "any-kind-shard=yes"
+
+    def __init__(self, namespace: str, member: str, seen: dict[str, set[str]]) -> None:
+        self.namespace = namespace
+        super().__init__()
+        self.member, self.seen = member, seen
+
+    def reconcile(self, obj: dict[str, Any], ctx: Context) -> None:
+        self.seen.setdefault(obj["metadata"]["name"], set()).add(self.member)
+
+
+@pytest.mark.filterwarnings("ignore::operator_kit.ExperimentalWarning")
+def test_a_built_in_kind_is_sharded_over_two_members(
+        cluster: TestCluster, namespace: Namespace) -> None:
+    seen: dict[str, set[str]] = {}
+    members = []
+    try:
+        for member in ("a", "b"):
+            operator = Operator(f"shard-{namespace.name}",
+                                [ShardedConfigMaps(namespace.name, member, seen)],
+                                namespace=namespace.name, exit_on_lost_lease=False,
+                                leader_election=LeaderElection(identity=member),
+                                sharding=Sharding())
+            operator.use(cluster.client)
+            operator.start()
+            members.append(operator)
+        names = [f"cm-{i}" for i in range(12)]
+        for name in names:
+            namespace.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+                "name": name, "labels": {"any-kind-shard": "yes"}}})
+        eventually(60, lambda: set(seen) == set(names), message="every ConfigMap reconciled")
+        label = f"shard.operator-kit.io/shard-{namespace.name}"
+        holders = {namespace.get("v1", "ConfigMap", n)["metadata"]["labels"].get(label)
+                   for n in names}
+        assert None not in holders and len(holders) == 2, holders  # both members hold some
+        assert all(len(by) == 1 for by in seen.values()), seen  # each by its one member
+        assert {m for by in seen.values() for m in by} == {"a", "b"}
+    finally:
+        for operator in members:
+            operator.stop(timeout=10)
