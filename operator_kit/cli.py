@@ -15,6 +15,10 @@ managers do, the probes and the metrics on ports of their own:
 - ``--log-format text|json`` (``OPERATOR_KIT_LOG_FORMAT``): default: text; json has zap's
   keys, as controller-runtime's operators (`operator_kit.logs`). The client libraries'
   DEBUG lines only with ``OPERATOR_KIT_LOG_LIBRARIES=1``.
+- ``--zap-log-level LEVEL`` and ``--zap-encoder console|json``: kubebuilder's names for
+  the two above, so its Deployments' args work unchanged; zap's level names (``warn``,
+  ``dpanic``, ``panic``, ``fatal``) and a verbosity above 0 (debug) are accepted there,
+  ``console`` is text.
 - ``--health-probe-bind-address ADDR`` (``OPERATOR_KIT_HEALTH_PROBE_BIND_ADDRESS``):
   default ``:8081`` in a pod, else ``127.0.0.1:8081``.
 - ``--metrics-bind-address ADDR`` (``OPERATOR_KIT_METRICS_BIND_ADDRESS``): default
@@ -128,6 +132,11 @@ def _parser(prog: str, version: str) -> argparse.ArgumentParser:
                         f"(${ENV['log_level']}; default: info)")
     parser.add_argument("--log-format", metavar="FORMAT", help="text, or json for one "
                         f"object per line (${ENV['log_format']}; default: text)")
+    parser.add_argument("--zap-log-level", metavar="LEVEL", help="--log-level by "
+                        "kubebuilder's name: zap's levels (debug, info, warn, error, panic) "
+                        "or a verbosity above 0 (debug)")
+    parser.add_argument("--zap-encoder", metavar="ENCODER", help="--log-format by "
+                        "kubebuilder's name: console (text) or json")
     parser.add_argument("--health-probe-bind-address", metavar="ADDR", help="where /livez "
                         f"and /readyz are served; 0 turns it off "
                         f"(${ENV['health_probe_bind_address']}; default: :{PROBE_PORT} in a "
@@ -167,6 +176,8 @@ def parse(argv: list[str], *, prog: str = "operator", version: str = "",
         if given is not None:
             return given, flag
         return env.get(ENV[name]) or None, ENV[name]
+
+    _zap_aliases(args)
 
     level, where = value("log_level")
     if level is not None:
@@ -219,6 +230,38 @@ def parse(argv: list[str], *, prog: str = "operator", version: str = "",
                     health_probe_bind_address=addresses[0],
                     metrics_bind_address=addresses[1], leader_elect=leader_elect,
                     metrics_secure=metrics_secure, metrics_cert_dir=cert_dir)
+
+
+# zap's level names that Python's logging calls otherwise (controller-runtime's --zap-*).
+_ZAP_LEVELS = {"warn": "warning", "dpanic": "critical", "panic": "critical",
+               "fatal": "critical"}
+
+
+def _zap_aliases(args: argparse.Namespace) -> None:
+    """``--zap-log-level`` and ``--zap-encoder`` (kubebuilder's flags) as ``--log-level``
+    and ``--log-format``; `UsageError` for a value zap would refuse, or for both names of
+    one setting given."""
+    for zap, own in (("zap_log_level", "log_level"), ("zap_encoder", "log_format")):
+        given = getattr(args, zap)
+        if given is None:
+            continue
+        flag, own_flag = "--" + zap.replace("_", "-"), "--" + own.replace("_", "-")
+        if getattr(args, own) is not None:
+            raise UsageError(f"{own_flag} and {flag}: one setting given twice; keep one "
+                             f"({flag} is kubebuilder's name for {own_flag})")
+        name = given.strip().lower()
+        if zap == "zap_encoder":
+            if name not in ("console", "json"):
+                raise UsageError(f"{flag} {given!r} is not a zap encoder; use console "
+                                 "(text) or json")
+            args.log_format = "text" if name == "console" else name
+        elif name in logs.LEVELS or name in _ZAP_LEVELS:
+            args.log_level = _ZAP_LEVELS.get(name, name)
+        elif name.isdigit() and int(name) > 0:
+            args.log_level = "debug"  # zap's verbosity V(n): more than info
+        else:
+            raise UsageError(f"{flag} {given!r} is not a log level; use one of debug, "
+                             "info, warn, error, panic, or a verbosity above 0 (debug)")
 
 
 def _env_yes_no(name: str, environ: Mapping[str, str] | None = None) -> bool | None:
