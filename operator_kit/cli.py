@@ -72,7 +72,7 @@ from operator_kit import logs
 from operator_kit._version import __version__ as kit_version
 from operator_kit.client.kubeconfig import split as kubeconfig_paths
 from operator_kit.election.leader import LeaderElection
-from operator_kit.probes import HttpServer, metrics_tls
+from operator_kit.probes import HttpServer, ProbeApp, metrics_tls
 from operator_kit.settings import (
     ENV,
     LOG_LIBRARIES_ENV,
@@ -323,9 +323,8 @@ def apply_environment(operator: Operator, settings: Settings | None = None) -> N
 
 def servers(operator: Operator, settings: Settings) -> list[HttpServer]:
     """Bind the probe and metrics servers (one, when both name the same address); the
-    metrics one over TLS when they are secure (`operator_kit.probes.metrics_tls`)."""
-    import flask
-
+    metrics one over TLS when they are secure (`operator_kit.probes.metrics_tls`). Plain
+    WSGI (`ProbeApp`): an operator without webhooks never imports Flask."""
     if (settings.metrics_secure and settings.metrics_bind_address is not None
             and settings.metrics_bind_address == settings.health_probe_bind_address):
         raise UsageError(f"--metrics-secure: --metrics-bind-address "
@@ -333,7 +332,6 @@ def servers(operator: Operator, settings: Settings) -> list[HttpServer]:
                          "the kubelet probes over plain HTTP; give the metrics an address "
                          "of their own")
 
-    views = operator.webhooks.view_functions
     groups: dict[Address, list[tuple[str, str, list[str]]]] = {}
     for address, what, flag, paths in (
             (settings.health_probe_bind_address, "probes", "--health-probe-bind-address",
@@ -345,9 +343,8 @@ def servers(operator: Operator, settings: Settings) -> list[HttpServer]:
     try:
         for address, parts in groups.items():
             what = " and ".join(part[0] for part in parts)
-            app = flask.Flask(f"operator_kit.{parts[0][0]}")
-            for path in (path for part in parts for path in part[2]):
-                app.add_url_rule(f"/{path}", path, views[path])
+            app = ProbeApp([path for part in parts for path in part[2]], live=operator.live,
+                           ready=operator.ready, metrics_auth=operator.metrics_auth)
             tls = (metrics_tls(settings.metrics_cert_dir, operator.name)
                    if settings.metrics_secure and parts[0][0] == "metrics" else None)
             bound.append(HttpServer(what, address, parts[0][1], app, tls))
