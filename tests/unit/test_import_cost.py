@@ -2,8 +2,8 @@
 environment that has it, and an operator that serves no webhooks runs without Flask.
 
 Each check runs in a fresh interpreter and reads its ``sys.modules``. The figures
-(``python -X importtime``, a bare pytest run with and without the plugin) are in
-docs/reference/configuration.md's neighbour, docs/how-to/testing.md."""
+(``python -X importtime`` of ``import operator_kit`` and of a bare pytest run) are in
+docs/how-to/testing.md."""
 
 from __future__ import annotations
 
