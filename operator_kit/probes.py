@@ -114,25 +114,25 @@ class ProbeApp:
         self.paths = tuple(paths)
         self._views = _Views(live, ready, metrics_auth)
 
-    def __call__(self, environ: dict[str, Any],
+    def __call__(self, request: dict[str, Any],  # WSGI's environ: the request's
                  start_response: Callable[..., Any]) -> list[bytes]:
-        path = environ.get("PATH_INFO") or "/"
+        path = request.get("PATH_INFO") or "/"
         name = path.removeprefix("/")
         headers: dict[str, str] = {}
         body: str | bytes
         if name not in self.paths:
             status, body, content_type = 404, b"Not Found\n", "text/plain"
-        elif environ.get("REQUEST_METHOD", "GET") not in ("GET", "HEAD"):
+        elif request.get("REQUEST_METHOD", "GET") not in ("GET", "HEAD"):
             status, body, content_type = 405, b"Method Not Allowed\n", "text/plain"
             headers["Allow"] = "GET, HEAD"
         else:
             status, body, content_type, headers = self._views.answer(
-                name, environ.get("HTTP_AUTHORIZATION"), path)
+                name, request.get("HTTP_AUTHORIZATION"), path)
         data = body if isinstance(body, bytes) else body.encode()
         start_response(f"{status} {HTTPStatus(status).phrase}",
                        [("Content-Type", _with_charset(content_type)),
                         ("Content-Length", str(len(data))), *headers.items()])
-        return [] if environ.get("REQUEST_METHOD") == "HEAD" else [data]
+        return [] if request.get("REQUEST_METHOD") == "HEAD" else [data]
 
 
 def _with_charset(content_type: str) -> str:
