@@ -7,8 +7,10 @@ missed meanwhile.
 Except at the start, while a CRD installed a moment ago becomes established: until an
 informer has listed once, a 404 (the new resource not served yet) or a 429 (its storage
 still initialising: ``Retry-After``) is what every ``make install && make run`` meets,
-not an outage. Those are logged at INFO for `ESTABLISHING_GRACE` seconds of failing;
-only if they go on longer do they become the ERROR or WARNING lines above (`quiet`).
+not an outage. Those are logged at INFO during the informer's first
+`ESTABLISHING_GRACE` seconds; only if they go on longer do they become the ERROR or
+WARNING lines above (`quiet`). The bound is from the informer's start, not from the
+failure's: a watch accepted and then ended by a 429 cannot restart it.
 """
 
 from __future__ import annotations
@@ -24,23 +26,26 @@ log = logging.getLogger("operator_kit.watching")
 __all__ = ["ESTABLISHING_GRACE", "QUIET_STATUSES", "log_api_error", "quiet", "retry_after"]
 
 ESTABLISHING_GRACE = 30.0
-"""Seconds a not-yet-synced informer's 404s and 429s are logged at INFO only."""
+"""Seconds from an informer's start during which, until it syncs, its 404s and 429s are
+logged at INFO only."""
 
 QUIET_STATUSES = (404, 429)
 """What a just-created CRD answers until it is established and its storage is ready."""
 
 
-def quiet(status: int | None, *, synced: bool, failing_for: float,
+def quiet(status: int | None, *, synced: bool, running_for: float,
           grace: float = ESTABLISHING_GRACE) -> bool:
     """Whether a list/watch failure with `status` is part of a CRD becoming established:
-    a 404 or 429 before the informer first synced, failing for less than `grace`."""
-    return status in QUIET_STATUSES and not synced and failing_for < grace
+    a 404 or 429 before the informer first synced, less than `grace` seconds after it
+    started (`running_for`)."""
+    return status in QUIET_STATUSES and not synced and running_for < grace
 
 
 def log_api_error(err: ApiException, *, resource: Resource, namespace: str | None,
                   delay: float, missed: str, quiet_for: float | None = None) -> None:
     """One line for a failed list or watch of `resource`; at INFO, saying it is still
-    becoming established, when `quiet_for` (the rest of the grace, in seconds) is given."""
+    becoming established, when `quiet_for` (what is left of the grace, in seconds) is
+    given."""
     where = f"namespace {namespace}" if namespace else "all namespaces"
     if quiet_for is not None:
         log.info("list/watch %s in %s: %s %s while its CRD becomes established; retrying "

@@ -272,7 +272,7 @@ class Informer:
                     "is caught up on", what, self.description, time.monotonic() - since)
 
     def _run(self) -> None:
-        attempt = 0
+        attempt, started = 0, time.monotonic()
         self._resume = None
         while not self._stop.is_set():
             try:
@@ -300,13 +300,12 @@ class Informer:
                     continue
                 attempt += 1
                 delay = retry_after(err) or self.backoff.delay(attempt)
-                missed = self._failed()
-                failing = time.monotonic() - (self._failing_since or time.monotonic())
-                hush = quiet(err.status, synced=self.synced.is_set(), failing_for=failing)
+                running = time.monotonic() - started
+                hush = quiet(err.status, synced=self.synced.is_set(), running_for=running)
                 self._loud = self._loud or not hush
                 log_api_error(err, resource=self.resource, namespace=self.namespace,
-                              delay=delay, missed=missed,
-                              quiet_for=ESTABLISHING_GRACE - failing if hush else None)
+                              delay=delay, missed=self._failed(),
+                              quiet_for=ESTABLISHING_GRACE - running if hush else None)
                 metrics.WATCH_RESTARTS.labels(*self._watch_labels, "error").inc()
                 self._stop.wait(delay)
             except Exception as err:  # noqa: BLE001 - any transport failure: back off, resume

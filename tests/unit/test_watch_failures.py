@@ -1,5 +1,5 @@
 """How an informer's failed list or watch is logged: a 404 or 429 while a just-created
-CRD becomes established (before the first sync, for a bounded time) at INFO; anything
+CRD becomes established (before the first sync, in the informer's first 30 s) at INFO; anything
 else, or the same for longer, as the ERROR or WARNING that says changes are missed.
 (Against the real API server: tests/cluster/test_quiet_start.py.)"""
 
@@ -23,23 +23,23 @@ WIDGETS = Resource("example.com", "v1", "widgets", "Widget", namespaced=True)
 
 @pytest.mark.parametrize("status", [404, 429])
 def test_a_404_or_429_before_the_first_sync_is_quiet_for_the_grace(status: int) -> None:
-    assert quiet(status, synced=False, failing_for=0.0)
-    assert quiet(status, synced=False, failing_for=ESTABLISHING_GRACE - 0.1)
+    assert quiet(status, synced=False, running_for=0.0)
+    assert quiet(status, synced=False, running_for=ESTABLISHING_GRACE - 0.1)
 
 
 @pytest.mark.parametrize("status", [404, 429])
 def test_it_is_loud_once_the_grace_is_over(status: int) -> None:
-    assert not quiet(status, synced=False, failing_for=ESTABLISHING_GRACE)
+    assert not quiet(status, synced=False, running_for=ESTABLISHING_GRACE)
 
 
 @pytest.mark.parametrize("status", [404, 429])
 def test_after_the_first_sync_it_is_loud_at_once(status: int) -> None:
-    assert not quiet(status, synced=True, failing_for=0.0)
+    assert not quiet(status, synced=True, running_for=0.0)
 
 
 @pytest.mark.parametrize("status", [403, 500, 503, None])
 def test_other_failures_are_never_quiet(status: int | None) -> None:
-    assert not quiet(status, synced=False, failing_for=0.0)
+    assert not quiet(status, synced=False, running_for=0.0)
 
 
 def test_the_quiet_line_is_info_and_says_when_it_would_warn(
