@@ -8,43 +8,87 @@ certificate, manifests generated from the code, metrics and probes.
 Only the public names are here; everything else is internal to its module.
 """
 
+import importlib
 import sys
+from typing import TYPE_CHECKING, Any
 
 from operator_kit._stability import ExperimentalWarning
 from operator_kit._version import __version__ as __version__
-from operator_kit.api.conditions import Condition, Conditions, find_condition, set_condition
-from operator_kit.api.kinds import Kind
-from operator_kit.api.rbac import Rule
-from operator_kit.api.resources import CustomResource, InvalidResource, PrinterColumn
-from operator_kit.api.validation import (
-    CelRule,
-    ExclusiveMaximum,
-    ExclusiveMinimum,
-    Format,
-    ListType,
-    MapType,
-    Maximum,
-    MaxItems,
-    MaxLength,
-    MaxProperties,
-    Minimum,
-    MinItems,
-    MinLength,
-    MinProperties,
-    MultipleOf,
-    Pattern,
-    UniqueItems,
-    cel_rules,
-)
-from operator_kit.client.fencing import Fenced
-from operator_kit.election.leader import LeaderElection
-from operator_kit.election.sharding import Sharding
-from operator_kit.operator import Operator
 from operator_kit.runtime import filters, transforms
-from operator_kit.runtime.context import ALL_NAMESPACES, AlreadyOwned, Context
-from operator_kit.runtime.controller import Action, Controller, Index, Owns, Watch
-from operator_kit.webhooks.certificates import WebhookCertificate
-from operator_kit.webhooks.server import Webhooks
+
+if TYPE_CHECKING:
+    from operator_kit.api.conditions import Condition, Conditions, find_condition, set_condition
+    from operator_kit.api.kinds import Kind
+    from operator_kit.api.rbac import Rule
+    from operator_kit.api.resources import CustomResource, InvalidResource, PrinterColumn
+    from operator_kit.api.validation import (
+        CelRule,
+        ExclusiveMaximum,
+        ExclusiveMinimum,
+        Format,
+        ListType,
+        MapType,
+        Maximum,
+        MaxItems,
+        MaxLength,
+        MaxProperties,
+        Minimum,
+        MinItems,
+        MinLength,
+        MinProperties,
+        MultipleOf,
+        Pattern,
+        UniqueItems,
+        cel_rules,
+    )
+    from operator_kit.client.fencing import Fenced
+    from operator_kit.election.leader import LeaderElection
+    from operator_kit.election.sharding import Sharding
+    from operator_kit.operator import Operator
+    from operator_kit.runtime.context import ALL_NAMESPACES, AlreadyOwned, Context
+    from operator_kit.runtime.controller import Action, Controller, Index, Owns, Watch
+    from operator_kit.webhooks.certificates import WebhookCertificate
+    from operator_kit.webhooks.server import Webhooks
+
+
+# Each public name is imported from its module on first use (PEP 562), so that
+# ``import operator_kit`` — which pytest's plugin entry point does in every test run of an
+# environment that has it installed — costs nothing until a name is used, and an operator
+# without webhooks never imports Flask (`Webhooks` and `WebhookCertificate` load it).
+_HOMES = {name: module for module, names in {
+    "operator_kit.api.conditions": ("Condition", "Conditions", "find_condition",
+                                    "set_condition"),
+    "operator_kit.api.kinds": ("Kind",),
+    "operator_kit.api.rbac": ("Rule",),
+    "operator_kit.api.resources": ("CustomResource", "InvalidResource", "PrinterColumn"),
+    "operator_kit.api.validation": (
+        "CelRule", "ExclusiveMaximum", "ExclusiveMinimum", "Format", "ListType", "MapType",
+        "Maximum", "MaxItems", "MaxLength", "MaxProperties", "Minimum", "MinItems",
+        "MinLength", "MinProperties", "MultipleOf", "Pattern", "UniqueItems", "cel_rules"),
+    "operator_kit.client.fencing": ("Fenced",),
+    "operator_kit.election.leader": ("LeaderElection",),
+    "operator_kit.election.sharding": ("Sharding",),
+    "operator_kit.operator": ("Operator",),
+    "operator_kit.runtime.context": ("ALL_NAMESPACES", "AlreadyOwned", "Context"),
+    "operator_kit.runtime.controller": ("Action", "Controller", "Index", "Owns", "Watch"),
+    "operator_kit.webhooks.certificates": ("WebhookCertificate",),
+    "operator_kit.webhooks.server": ("Webhooks",),
+}.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    """A public name, imported from its module the first time it is asked for."""
+    module = _HOMES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 # ``import operator_kit.filters`` and ``from operator_kit.filters import spec_changed``: the
 # path the docs have always given, for the module that now lives in the runtime layer.

@@ -15,6 +15,10 @@ managers do, the probes and the metrics on ports of their own:
 - ``--log-format text|json`` (``OPERATOR_KIT_LOG_FORMAT``): default: text; json has zap's
   keys, as controller-runtime's operators (`operator_kit.logs`). The client libraries'
   DEBUG lines only with ``OPERATOR_KIT_LOG_LIBRARIES=1``.
+- ``--zap-log-level LEVEL`` and ``--zap-encoder console|json``: kubebuilder's names for
+  the two above, so its Deployments' args work unchanged; zap's level names (``warn``,
+  ``dpanic``, ``panic``, ``fatal``) and a verbosity above 0 (debug) are accepted there,
+  ``console`` is text.
 - ``--health-probe-bind-address ADDR`` (``OPERATOR_KIT_HEALTH_PROBE_BIND_ADDRESS``):
   default ``:8081`` in a pod, else ``127.0.0.1:8081``.
 - ``--metrics-bind-address ADDR`` (``OPERATOR_KIT_METRICS_BIND_ADDRESS``): default
@@ -68,7 +72,7 @@ from operator_kit import logs
 from operator_kit._version import __version__ as kit_version
 from operator_kit.client.kubeconfig import split as kubeconfig_paths
 from operator_kit.election.leader import LeaderElection
-from operator_kit.probes import HttpServer, metrics_tls
+from operator_kit.probes import HttpServer, ProbeApp, metrics_tls
 from operator_kit.settings import (
     ENV,
     LOG_LIBRARIES_ENV,
@@ -128,6 +132,11 @@ def _parser(prog: str, version: str) -> argparse.ArgumentParser:
                         f"(${ENV['log_level']}; default: info)")
     parser.add_argument("--log-format", metavar="FORMAT", help="text, or json for one "
                         f"object per line (${ENV['log_format']}; default: text)")
+    parser.add_argument("--zap-log-level", metavar="LEVEL", help="--log-level by "
+                        "kubebuilder's name: zap's levels (debug, info, warn, error, panic) "
+                        "or a verbosity above 0 (debug)")
+    parser.add_argument("--zap-encoder", metavar="ENCODER", help="--log-format by "
+                        "kubebuilder's name: console (text) or json")
     parser.add_argument("--health-probe-bind-address", metavar="ADDR", help="where /livez "
                         f"and /readyz are served; 0 turns it off "
                         f"(${ENV['health_probe_bind_address']}; default: :{PROBE_PORT} in a "
@@ -167,6 +176,8 @@ def parse(argv: list[str], *, prog: str = "operator", version: str = "",
         if given is not None:
             return given, flag
         return env.get(ENV[name]) or None, ENV[name]
+
+    _zap_aliases(args)
 
     level, where = value("log_level")
     if level is not None:
@@ -219,6 +230,38 @@ def parse(argv: list[str], *, prog: str = "operator", version: str = "",
                     health_probe_bind_address=addresses[0],
                     metrics_bind_address=addresses[1], leader_elect=leader_elect,
                     metrics_secure=metrics_secure, metrics_cert_dir=cert_dir)
+
+
+# zap's level names that Python's logging calls otherwise (controller-runtime's --zap-*).
+_ZAP_LEVELS = {"warn": "warning", "dpanic": "critical", "panic": "critical",
+               "fatal": "critical"}
+
+
+def _zap_aliases(args: argparse.Namespace) -> None:
+    """``--zap-log-level`` and ``--zap-encoder`` (kubebuilder's flags) as ``--log-level``
+    and ``--log-format``; `UsageError` for a value zap would refuse, or for both names of
+    one setting given."""
+    for zap, own in (("zap_log_level", "log_level"), ("zap_encoder", "log_format")):
+        given = getattr(args, zap)
+        if given is None:
+            continue
+        flag, own_flag = "--" + zap.replace("_", "-"), "--" + own.replace("_", "-")
+        if getattr(args, own) is not None:
+            raise UsageError(f"{own_flag} and {flag}: one setting given twice; keep one "
+                             f"({flag} is kubebuilder's name for {own_flag})")
+        name = given.strip().lower()
+        if zap == "zap_encoder":
+            if name not in ("console", "json"):
+                raise UsageError(f"{flag} {given!r} is not a zap encoder; use console "
+                                 "(text) or json")
+            args.log_format = "text" if name == "console" else name
+        elif name in logs.LEVELS or name in _ZAP_LEVELS:
+            args.log_level = _ZAP_LEVELS.get(name, name)
+        elif name.isdigit() and int(name) > 0:
+            args.log_level = "debug"  # zap's verbosity V(n): more than info
+        else:
+            raise UsageError(f"{flag} {given!r} is not a log level; use one of debug, "
+                             "info, warn, error, panic, or a verbosity above 0 (debug)")
 
 
 def _env_yes_no(name: str, environ: Mapping[str, str] | None = None) -> bool | None:
@@ -280,9 +323,8 @@ def apply_environment(operator: Operator, settings: Settings | None = None) -> N
 
 def servers(operator: Operator, settings: Settings) -> list[HttpServer]:
     """Bind the probe and metrics servers (one, when both name the same address); the
-    metrics one over TLS when they are secure (`operator_kit.probes.metrics_tls`)."""
-    import flask
-
+    metrics one over TLS when they are secure (`operator_kit.probes.metrics_tls`). Plain
+    WSGI (`ProbeApp`): an operator without webhooks never imports Flask."""
     if (settings.metrics_secure and settings.metrics_bind_address is not None
             and settings.metrics_bind_address == settings.health_probe_bind_address):
         raise UsageError(f"--metrics-secure: --metrics-bind-address "
@@ -290,7 +332,6 @@ def servers(operator: Operator, settings: Settings) -> list[HttpServer]:
                          "the kubelet probes over plain HTTP; give the metrics an address "
                          "of their own")
 
-    views = operator.webhooks.view_functions
     groups: dict[Address, list[tuple[str, str, list[str]]]] = {}
     for address, what, flag, paths in (
             (settings.health_probe_bind_address, "probes", "--health-probe-bind-address",
@@ -302,9 +343,8 @@ def servers(operator: Operator, settings: Settings) -> list[HttpServer]:
     try:
         for address, parts in groups.items():
             what = " and ".join(part[0] for part in parts)
-            app = flask.Flask(f"operator_kit.{parts[0][0]}")
-            for path in (path for part in parts for path in part[2]):
-                app.add_url_rule(f"/{path}", path, views[path])
+            app = ProbeApp([path for part in parts for path in part[2]], live=operator.live,
+                           ready=operator.ready, metrics_auth=operator.metrics_auth)
             tls = (metrics_tls(settings.metrics_cert_dir, operator.name)
                    if settings.metrics_secure and parts[0][0] == "metrics" else None)
             bound.append(HttpServer(what, address, parts[0][1], app, tls))

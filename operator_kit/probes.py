@@ -1,7 +1,8 @@
 """The probes and the metrics: ``/livez``, ``/readyz`` and ``/metrics``, and their servers.
 
 `add_probe_views` puts the three views on a Flask app (the operator's `Webhooks` app, so
-gunicorn serves them on the webhook port); `HttpServer` serves some of them on a port of
+gunicorn serves them on the webhook port); `HttpServer` serves some of them (a
+`ProbeApp`, plain WSGI: an operator without webhooks never imports Flask) on a port of
 their own in a thread, as controller-runtime's managers do (``--health-probe-bind-address``,
 ``--metrics-bind-address``; `operator_kit.cli`).
 
@@ -27,23 +28,52 @@ import socket
 import ssl
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from http import HTTPStatus
 from socketserver import ThreadingMixIn
 from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
-import flask
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from operator_kit import _pki, metrics
 from operator_kit.settings import Address, UsageError
 
 if TYPE_CHECKING:
+    import flask
+
     from operator_kit.client.delegated import DelegatedAuth
 
-__all__ = ["HttpServer", "add_probe_views", "metrics_tls"]
+__all__ = ["HttpServer", "ProbeApp", "add_probe_views", "metrics_tls"]
 
 log = logging.getLogger("operator_kit.cli")
+
+PATHS = ("livez", "readyz", "metrics")
+
+Answer = tuple[int, str | bytes, str, dict[str, str]]
+"""A view's answer: status, body, content type, extra headers."""
+
+
+class _Views:
+    """What ``/livez``, ``/readyz`` and ``/metrics`` answer, whatever serves them."""
+
+    def __init__(self, live: Callable[[], bool], ready: Callable[[], bool],
+                 metrics_auth: Callable[[], DelegatedAuth | None] | None) -> None:
+        self.live, self.ready, self.metrics_auth = live, ready, metrics_auth
+
+    def answer(self, view: str, authorization: str | None, path: str) -> Answer:
+        if view == "livez":
+            ok = self.live()
+            return (200 if ok else 503, "ok\n" if ok else "stopping\n", "text/plain", {})
+        if view == "readyz":
+            ok = self.ready()
+            return (200 if ok else 503, "ok\n" if ok else "not ready\n", "text/plain", {})
+        auth = self.metrics_auth() if self.metrics_auth is not None else None
+        if auth is not None:
+            decision = auth.check(authorization, path)
+            if not decision.allowed:
+                return _refusal(decision.status, decision.reason)
+        return 200, metrics.exposition(), CONTENT_TYPE_LATEST, {}
 
 
 def add_probe_views(app: flask.Flask, *, live: Callable[[], bool],
@@ -52,46 +82,75 @@ def add_probe_views(app: flask.Flask, *, live: Callable[[], bool],
     """``/livez`` (200 while `live`), ``/readyz`` (200 while `ready`), ``/metrics``: to
     whom the API server allows it when `metrics_auth` (asked at each request) gives a
     checker, else to anyone."""
+    import flask
 
-    def livez() -> flask.Response:
-        ok = live()
-        return flask.Response("ok\n" if ok else "stopping\n", 200 if ok else 503,
-                              mimetype="text/plain")
+    views = _Views(live, ready, metrics_auth)
 
-    def readyz() -> flask.Response:
-        ok = ready()
-        return flask.Response("ok\n" if ok else "not ready\n", 200 if ok else 503,
-                              mimetype="text/plain")
-
-    def metrics_view() -> flask.Response:
-        auth = metrics_auth() if metrics_auth is not None else None
-        if auth is not None:
+    def view(name: str) -> Callable[[], flask.Response]:
+        def answer() -> flask.Response:
             request = flask.request
-            decision = auth.check(request.headers.get("Authorization"), request.path)
-            if not decision.allowed:
-                return _refusal(decision.status, decision.reason)
-        return flask.Response(metrics.exposition(), mimetype=CONTENT_TYPE_LATEST)
+            status, body, content_type, headers = views.answer(
+                name, request.headers.get("Authorization"), request.path)
+            response = flask.Response(body, status, content_type=_with_charset(content_type))
+            response.headers.update(headers)
+            return response
+        return answer
 
-    app.add_url_rule("/livez", "livez", livez)
-    app.add_url_rule("/readyz", "readyz", readyz)
-    app.add_url_rule("/metrics", "metrics", metrics_view)
+    for name in PATHS:
+        app.add_url_rule(f"/{name}", name, view(name))
+
+
+class ProbeApp:
+    """A WSGI app answering some of ``/livez``, ``/readyz`` and ``/metrics`` (404 for any
+    other path, 405 for a method but GET or HEAD), without Flask: the command line's own
+    probe and metrics servers of an operator that serves no webhooks."""
+
+    def __init__(self, paths: Sequence[str], *, live: Callable[[], bool],
+                 ready: Callable[[], bool],
+                 metrics_auth: Callable[[], DelegatedAuth | None] | None = None) -> None:
+        unknown = sorted(set(paths) - set(PATHS))
+        if unknown:
+            raise ValueError(f"ProbeApp serves {', '.join(PATHS)}, not {', '.join(unknown)}")
+        self.paths = tuple(paths)
+        self._views = _Views(live, ready, metrics_auth)
+
+    def __call__(self, request: dict[str, Any],  # WSGI's environ: the request's
+                 start_response: Callable[..., Any]) -> list[bytes]:
+        path = request.get("PATH_INFO") or "/"
+        name = path.removeprefix("/")
+        headers: dict[str, str] = {}
+        body: str | bytes
+        if name not in self.paths:
+            status, body, content_type = 404, b"Not Found\n", "text/plain"
+        elif request.get("REQUEST_METHOD", "GET") not in ("GET", "HEAD"):
+            status, body, content_type = 405, b"Method Not Allowed\n", "text/plain"
+            headers["Allow"] = "GET, HEAD"
+        else:
+            status, body, content_type, headers = self._views.answer(
+                name, request.get("HTTP_AUTHORIZATION"), path)
+        data = body if isinstance(body, bytes) else body.encode()
+        start_response(f"{status} {HTTPStatus(status).phrase}",
+                       [("Content-Type", _with_charset(content_type)),
+                        ("Content-Length", str(len(data))), *headers.items()])
+        return [] if request.get("REQUEST_METHOD") == "HEAD" else [data]
+
+
+def _with_charset(content_type: str) -> str:
+    return content_type if "charset" in content_type else f"{content_type}; charset=utf-8"
 
 
 _REFUSED = {401: "Unauthorized", 403: "Forbidden", 503: "Service Unavailable"}
 
 
-def _refusal(status: int, reason: str) -> flask.Response:
+def _refusal(status: int, reason: str) -> Answer:
     """401 and 403 say why (the caller's own name at most; never a token); a 503 points at
     the operator's log, which says what failed."""
     if status == 503:
         reason = "the API server cannot check the token now; see the operator's log"
     else:
         log.debug("metrics: %s %s", status, reason)
-    response = flask.Response(f"{_REFUSED.get(status, 'Refused')}: {reason}\n", status,
-                              mimetype="text/plain")
-    if status == 401:
-        response.headers["WWW-Authenticate"] = 'Bearer realm="metrics"'
-    return response
+    headers = {"WWW-Authenticate": 'Bearer realm="metrics"'} if status == 401 else {}
+    return status, f"{_REFUSED.get(status, 'Refused')}: {reason}\n", "text/plain", headers
 
 
 def metrics_tls(cert_dir: str | None, name: str) -> Callable[[], ssl.SSLContext]:
@@ -179,7 +238,7 @@ class _Server(ThreadingMixIn, WSGIServer):
 
 
 class HttpServer:
-    """A small threaded HTTP server for the given paths of a Flask app, in its own thread."""
+    """A small threaded HTTP server for a WSGI app (a `ProbeApp`), in its own thread."""
 
     def __init__(self, what: str, address: Address, flag: str, app: Any,
                  tls: Callable[[], ssl.SSLContext] | None = None) -> None:

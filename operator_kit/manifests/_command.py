@@ -17,6 +17,12 @@ other flags: ``--image``, ``--replicas``, ``--namespace`` (otherwise the release
 ``--certificate-secret`` (``certificate.mode: external``), ``--app-version`` (its
 appVersion), ``--metrics-secure`` (``metrics.secure``).
 
+``/metrics`` is secure by default, as in kubebuilder's scaffold: served over HTTPS only to
+bearer tokens the API server allows to ``get /metrics`` (``OPERATOR_KIT_METRICS_SECURE=1``
+in the Deployment, the operator's right to create TokenReviews and SubjectAccessReviews,
+the ClusterRole ``<name>-metrics-reader`` to bind to Prometheus);
+``--no-metrics-secure`` serves them over HTTP to anyone who reaches the port.
+
 ``--uninstall`` deletes instead of printing, in the order that cannot hang
 (`operator_kit.client.uninstall`): the custom objects first, while the operator still
 runs its cleanups, then the stream's documents.
@@ -92,7 +98,7 @@ def check_flags(args: argparse.Namespace) -> None:
             ("--certificate-secret", args.certificate_secret), ("--check", args.check),
             ("--helm", args.helm), ("--uninstall", args.uninstall),
             ("--service-monitor", args.service_monitor),
-            ("--metrics-secure", args.metrics_secure)) if given]
+            ("--metrics-secure", args.metrics_secure is True)) if given]
         if hub:
             raise UsageError(f"--fleet-member with {', '.join(hub)}: those are about the "
                              "operator's installation in the hub; --fleet-member prints "
@@ -161,13 +167,17 @@ def _run(argv: list[str] | None, *, operator: Operator | None, app: str | None,
     parser.add_argument("--service-monitor", action="store_true",
                         help="add a Prometheus Operator ServiceMonitor "
                         "(monitoring.coreos.com/v1) and the metrics Service it scrapes")
-    parser.add_argument("--metrics-secure", action="store_true",
+    parser.add_argument("--metrics-secure", action=argparse.BooleanOptionalAction,
                         help="serve /metrics only to bearer tokens the API server allows to "
                         "get /metrics: the operator may create TokenReviews and "
                         "SubjectAccessReviews, and the ClusterRole <name>-metrics-reader is "
-                        "for you to bind to Prometheus")
+                        "for you to bind to Prometheus (default: on, as kubebuilder's "
+                        "scaffold; --no-metrics-secure serves them over HTTP to anyone who "
+                        "reaches the port)")
     args = parser.parse_args(argv)
     check_flags(args)
+    # On unless turned off (or --fleet-member, which installs no operator).
+    metrics_secure = args.metrics_secure is not False and not args.fleet_member
     if operator is None:
         app = args.app
         assert load is not None, "run() needs an operator or a way to load one"
@@ -197,7 +207,7 @@ def _run(argv: list[str] | None, *, operator: Operator | None, app: str | None,
                                   namespace_document=args.namespace_document,
                                   version=args.app_version,
                                   service_monitor=args.service_monitor,
-                                  metrics_secure=args.metrics_secure)
+                                  metrics_secure=metrics_secure)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -216,7 +226,7 @@ def _run(argv: list[str] | None, *, operator: Operator | None, app: str | None,
                                      namespace=args.namespace, replicas=args.replicas,
                                      certificate=certificate, app_version=args.app_version,
                                      chart_version=args.chart_version,
-                                     metrics_secure=args.metrics_secure):
+                                     metrics_secure=metrics_secure):
             print(f"wrote {path}", file=sys.stderr)
         return 0
     if args.kustomize:

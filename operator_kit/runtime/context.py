@@ -18,7 +18,13 @@ from kubernetes import client
 
 from operator_kit.api.kinds import Kind, KindSpec
 from operator_kit.api.resources import CustomResource
-from operator_kit.api.shapes import ConstrainedShape, NullableShape, ObjectShape
+from operator_kit.api.shapes import (
+    ConstrainedShape,
+    ListShape,
+    NullableShape,
+    ObjectShape,
+    Shape,
+)
 from operator_kit.client.events import EventRecorder
 from operator_kit.client.fencing import Fenced, Refusal
 from operator_kit.client.transport import Api
@@ -175,7 +181,15 @@ class Context:
         and returns `obj` — compared with what an earlier patch_status of the same
         object in this reconcile wrote, else with the status `obj` had when it was read
         (`CustomResource.status_as_read`: changes made to ``obj.status`` since, through a
-        shared list say, cannot hide a change). An object made in code is always sent."""
+        shared list say, cannot hide a change). An object made in code is always sent.
+
+        A dict's keys may be the status fields' JSON names or their Python names (they
+        differ under ``json_names = "camelCase"``: ``last_run`` or ``lastRun``), nested
+        objects' keys too; one field named both ways is a `TypeError`.
+
+        For an object of a kind the operator does not define (a dict or a client model),
+        a dict is a merge patch of its status subresource (another party's CRD), and a
+        built-in kind is a `TypeError`: its status belongs to Kubernetes."""
         if not isinstance(obj, CustomResource):
             return foreign_status(self.objects, obj, status)
         kind = type(obj)
@@ -190,8 +204,7 @@ class Context:
         if dataclasses.is_dataclass(status) and not isinstance(status, type):
             patch = _replacing(current or {}, shape.encode(status))
         elif isinstance(status, Mapping):
-            patch = dict(status)
-            _check_status_keys(kind.kind, shape, patch, "status")
+            patch = _status_patch(kind.kind, shape, status, "status")
         else:
             raise TypeError(f"patch_status takes a dict or {kind.kind}'s status dataclass, "
                             f"not {type(status).__name__}")
@@ -354,21 +367,41 @@ def owner_reference(owner: Any, api_client: client.ApiClient) -> dict[str, Any]:
             "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}
 
 
-def _check_status_keys(kind: str, shape: ObjectShape, patch: Mapping[str, Any],
-                       path: str) -> None:
-    """A TypeError for a key of `patch` that `shape` (a status dataclass) has no field
-    for, at any depth where the value is an object of a nested dataclass."""
-    fields = {f.json_name: f.shape for f in shape.fields}
+def _status_patch(kind: str, shape: ObjectShape, patch: Mapping[str, Any],
+                  path: str) -> dict[str, Any]:
+    """`patch` with each key as the status JSON names it: a field may be named by its
+    JSON name or its Python name (they differ under ``json_names = "camelCase"``), at any
+    depth where the value is an object (or a list of objects) of a nested dataclass. A
+    TypeError for a key that is neither, or for one field named both ways."""
+    by_json = {f.json_name: f for f in shape.fields}
+    by_python = {f.name: f for f in shape.fields}
+    out: dict[str, Any] = {}
     for name, value in patch.items():
-        if name not in fields:
-            known = ", ".join(sorted(fields)) or "none"
+        field = by_json.get(name) or by_python.get(name)
+        if field is None:
+            known = ", ".join(sorted(by_json)) or "none"
             raise TypeError(f"patch_status({kind}): {path} has no field {name!r} (its fields: "
                             f"{known}); the API server would drop it without a word")
-        inner = fields[name]
-        while isinstance(inner, (NullableShape, ConstrainedShape)):
-            inner = inner.inner
+        if field.json_name in out:
+            raise TypeError(f"patch_status({kind}): {path} names the field "
+                            f"{field.json_name!r} twice ({field.name!r} is its Python name); "
+                            "keep one key")
+        inner = _unwrapped(field.shape)
+        items = _unwrapped(inner.items) if isinstance(inner, ListShape) else None
+        where = f"{path}.{field.json_name}"
         if isinstance(inner, ObjectShape) and isinstance(value, Mapping):
-            _check_status_keys(kind, inner, value, f"{path}.{name}")
+            value = _status_patch(kind, inner, value, where)
+        elif isinstance(items, ObjectShape) and isinstance(value, list):
+            value = [_status_patch(kind, items, v, f"{where}[{i}]")
+                     if isinstance(v, Mapping) else v for i, v in enumerate(value)]
+        out[field.json_name] = value
+    return out
+
+
+def _unwrapped(shape: Shape) -> Shape:
+    while isinstance(shape, (NullableShape, ConstrainedShape)):
+        shape = shape.inner
+    return shape
 
 
 def _replacing(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:

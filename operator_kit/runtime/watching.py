@@ -18,7 +18,9 @@ An `Informer` runs one thread per watched kind (and namespace and selectors):
    A stream that passes nothing — not even a bookmark — for ``stall_timeout`` seconds is
    treated as dead (a half-open connection, a proxy that stopped forwarding) and
    reopened. A 403 or 404 is logged naming the verb and resource — missing RBAC or a
-   missing CRD — and retried; the watch never silently stops. While a list or watch
+   missing CRD — and retried; the watch never silently stops. A 404 or 429 before the
+   first list, while a just-created CRD becomes established, is logged at INFO for a
+   while first (`operator_kit.runtime.watch_failures`). While a list or watch
    fails, ``operator_kit_watch_failing{resource}`` is 1 (and
    ``..._failing_seconds`` says for how long), and each retry's line says that changes
    to the kind are not seen until it works again; a line says when it does.
@@ -61,6 +63,12 @@ from operator_kit.runtime.streaming import (
     refuses_streaming,
 )
 from operator_kit.runtime.transforms import Transform, Transformer, drop_managed_fields
+from operator_kit.runtime.watch_failures import (
+    ESTABLISHING_GRACE,
+    log_api_error,
+    quiet,
+    retry_after,
+)
 from operator_kit.settings import env_bool
 
 log = logging.getLogger("operator_kit.watching")
@@ -153,6 +161,7 @@ class Informer:
         # When its list or watch began to fail (monotonic), None while it works: the
         # watch-failing gauges and the log lines that say changes are being missed.
         self._failing_since: float | None = None
+        self._loud = False  # whether a line about this failure was above INFO
         self.metric_resource = str(resource)
         self.metric_cluster = cluster  # the fleet member it watches ("": the hub)
         self._watch_labels = (self.metric_resource, cluster)
@@ -256,12 +265,14 @@ class Informer:
 
     def _worked(self, what: str) -> None:
         since, self._failing_since = self._failing_since, None
-        if since is not None:
-            log.warning("%s %s works again after failing for %.1fs; what changed meanwhile "
-                        "is caught up on", what, self.description, time.monotonic() - since)
+        loud, self._loud = self._loud, False
+        if since is not None:  # at INFO after a CRD becoming established (watch_failures)
+            log.log(logging.WARNING if loud else logging.INFO,
+                    "%s %s works again after failing for %.1fs; what changed meanwhile "
+                    "is caught up on", what, self.description, time.monotonic() - since)
 
     def _run(self) -> None:
-        attempt = 0
+        attempt, started = 0, time.monotonic()
         self._resume = None
         while not self._stop.is_set():
             try:
@@ -288,8 +299,13 @@ class Informer:
                     self.streaming.refuse(self.resource, self.description, error_message(err))
                     continue
                 attempt += 1
-                delay = _retry_after(err) or self.backoff.delay(attempt)
-                self._log_api_error(err, delay, self._failed())
+                delay = retry_after(err) or self.backoff.delay(attempt)
+                running = time.monotonic() - started
+                hush = quiet(err.status, synced=self.synced.is_set(), running_for=running)
+                self._loud = self._loud or not hush
+                log_api_error(err, resource=self.resource, namespace=self.namespace,
+                              delay=delay, missed=self._failed(),
+                              quiet_for=ESTABLISHING_GRACE - running if hush else None)
                 metrics.WATCH_RESTARTS.labels(*self._watch_labels, "error").inc()
                 self._stop.wait(delay)
             except Exception as err:  # noqa: BLE001 - any transport failure: back off, resume
@@ -299,6 +315,7 @@ class Informer:
                 delay = self.backoff.delay(attempt)
                 reason = "stalled" if isinstance(err, _Stalled) else "error"
                 metrics.WATCH_RESTARTS.labels(*self._watch_labels, reason).inc()
+                self._loud = True
                 log.warning("watch on %s broke (%s: %s); resuming in %.1fs; %s",
                             self.description, type(err).__name__, err, delay, self._failed())
                 self._stop.wait(delay)
@@ -450,22 +467,6 @@ class Informer:
             except Exception:  # a handler bug must not kill the watch
                 log.exception("handler for %s failed on %s", self.description, event.type)
 
-    def _log_api_error(self, err: ApiException, delay: float, missed: str) -> None:
-        where = f"namespace {self.namespace}" if self.namespace else "all namespaces"
-        if err.status == 403:
-            log.error(
-                "forbidden: cannot list/watch %s in %s (403). Grant the operator's "
-                "ServiceAccount the verbs list and watch on %s (see Operator.rules()). "
-                "Retrying in %.1fs; %s.", self.resource, where, self.resource, delay, missed)
-        elif err.status == 404:
-            log.error(
-                "not found: the API server does not serve %s (404): is its "
-                "CustomResourceDefinition installed? Retrying in %.1fs; %s.", self.resource,
-                delay, missed)
-        else:
-            log.warning("list/watch %s in %s failed: %s %s; retrying in %.1fs; %s",
-                        self.resource, where, err.status, err.reason, delay, missed)
-
 
 def _call(handler: Handler, event: WatchEvent, description: str) -> None:
     try:
@@ -485,15 +486,6 @@ def _version_number(resource_version: str) -> int:
 def _rv(obj: dict[str, Any]) -> str | None:
     value = obj.get("metadata", {}).get("resourceVersion")
     return str(value) if value is not None else None
-
-
-def _retry_after(err: ApiException) -> float | None:
-    if err.status != 429 or not err.headers:
-        return None
-    try:
-        return max(0.1, float(err.headers.get("Retry-After", "")))
-    except ValueError:
-        return None
 
 
 InformerKey = tuple[Resource, str | None, str | None, str | None, bool, Transform | None]

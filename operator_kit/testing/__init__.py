@@ -15,21 +15,49 @@ The pytest plugin (`operator_kit.testing.plugin`, registered as an entry point) 
 the ``cluster`` (session) and ``namespace`` (per test) fixtures.
 """
 
-from operator_kit.testing.admission import admission_review
-from operator_kit.testing.cluster import (
-    FIELD_MANAGER,
-    HOW_TO_START,
-    KUBECONFIG_ENV,
-    REQUIRE_ENV,
-    TEST_LABEL,
-    Namespace,
-    NoTestCluster,
-    TestCluster,
-    eventually,
-    running,
-    stop_process,
-)
-from operator_kit.testing.reconciling import reconcile_once
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from operator_kit.testing.admission import admission_review
+    from operator_kit.testing.cluster import (
+        FIELD_MANAGER,
+        HOW_TO_START,
+        KUBECONFIG_ENV,
+        REQUIRE_ENV,
+        TEST_LABEL,
+        Namespace,
+        NoTestCluster,
+        TestCluster,
+        eventually,
+        running,
+        stop_process,
+    )
+    from operator_kit.testing.reconciling import reconcile_once
+
+# Loaded on first use (PEP 562): the pytest plugin, a submodule, imports this package in
+# every pytest run, which must not pay for the client and the runtime (see `plugin`).
+_HOMES = {"admission_review": "operator_kit.testing.admission",
+          "reconcile_once": "operator_kit.testing.reconciling",
+          **{name: "operator_kit.testing.cluster" for name in (
+              "FIELD_MANAGER", "HOW_TO_START", "KUBECONFIG_ENV", "REQUIRE_ENV", "TEST_LABEL",
+              "Namespace", "NoTestCluster", "TestCluster", "eventually", "running",
+              "stop_process")}}
+
+
+def __getattr__(name: str) -> Any:
+    """A public name, imported from its module the first time it is asked for."""
+    module = _HOMES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 __all__ = [
     "FIELD_MANAGER",

@@ -6,6 +6,11 @@ without its cluster must be red, not silently green. ``namespace`` is a fresh na
 per test, deleted afterwards. ``member_clusters`` (session scope) are two more clusters
 for fleet tests (`operator_kit.fleet`): the kubeconfigs named in
 OPERATOR_KIT_TEST_FLEET_KUBECONFIGS, or two local planes started once for the session.
+
+pytest loads this module (the ``pytest11`` entry point) in every run of an environment
+that has operator_kit installed, so it imports nothing of operator_kit (whose package
+and ``operator_kit.testing`` load their names on first use) until a test asks for one of
+its fixtures: a run without them pays only for this file.
 """
 
 from __future__ import annotations
@@ -13,10 +18,12 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
-from operator_kit.testing.cluster import Namespace, NoTestCluster, TestCluster
+if TYPE_CHECKING:
+    from operator_kit.testing.cluster import Namespace, TestCluster
 
 FLEET_ENV = "OPERATOR_KIT_TEST_FLEET_KUBECONFIGS"
 """Two running clusters' kubeconfigs (``a:b``) that ``member_clusters`` gives, instead of
@@ -37,6 +44,8 @@ def cluster() -> TestCluster:
     Without one the test is skipped — or fails, when OPERATOR_KIT_TEST_REQUIRE_KUBERNETES
     is set (as in CI). Start one with ``python -m operator_kit.localcluster up``. Never
     point it at a cluster that matters: tests create and delete namespaces and CRDs."""
+    from operator_kit.testing.cluster import NoTestCluster, TestCluster
+
     try:
         return TestCluster.from_env()
     except NoTestCluster as err:
@@ -74,6 +83,7 @@ def member_clusters(cluster: TestCluster, tmp_path_factory: pytest.TempPathFacto
     session. A provider over them: ``StaticClusters({n: c.kubeconfig for n, c in
     member_clusters.items()})``."""
     from operator_kit.localcluster import BinariesError, LocalCluster, LocalClusterError
+    from operator_kit.testing.cluster import TestCluster
 
     planes: list[LocalCluster] = []
     named = [p for p in os.environ.get(FLEET_ENV, "").split(os.pathsep) if p]

@@ -181,6 +181,15 @@ def test_manifests_takes_every_flag_after_it() -> None:
     (["--log-level", "loud"], {}, "--log-level 'loud' is not a log level; use one of debug"),
     ([], {"OPERATOR_KIT_LOG_LEVEL": "loud"}, "OPERATOR_KIT_LOG_LEVEL 'loud' is not a log"),
     (["--log-format", "xml"], {}, "--log-format 'xml' is not a log format; use text or json"),
+    (["--zap-log-level", "loud"], {}, "--zap-log-level 'loud' is not a log level; use one of "
+     "debug, info, warn, error, panic, or a verbosity above 0 (debug)"),
+    (["--zap-log-level", "0"], {}, "--zap-log-level '0' is not a log level"),
+    (["--zap-encoder", "text"], {}, "--zap-encoder 'text' is not a zap encoder; use console "
+     "(text) or json"),
+    (["--log-level", "info", "--zap-log-level", "debug"], {}, "--log-level and "
+     "--zap-log-level: one setting given twice; keep one"),
+    (["--log-format", "json", "--zap-encoder", "json"], {}, "--log-format and --zap-encoder: "
+     "one setting given twice"),
     ([], {"OPERATOR_KIT_LOG_LIBRARIES": "loud"}, "OPERATOR_KIT_LOG_LIBRARIES='loud': "
      "neither yes nor no; use 1, true, yes or on to turn it on"),
     (["--metrics-bind-address", "8080"], {}, "--metrics-bind-address '8080' is not an "
@@ -251,7 +260,7 @@ def test_help_lists_every_flag_and_exits_0(capsys: pytest.CaptureFixture[str]) -
                  "--log-level", "--log-format", "--health-probe-bind-address",
                  "--metrics-bind-address", "--leader-elect", "--no-leader-elect",
                  "--metrics-secure", "--no-metrics-secure", "--metrics-cert-dir",
-                 "--manifests"):
+                 "--manifests", "--zap-log-level", "--zap-encoder"):
         assert flag in out
 
 
@@ -647,6 +656,28 @@ def test_a_controllers_namespaces_are_none_one_or_several() -> None:
     controller.namespace = []
     with pytest.raises(ValueError, match="names no namespace; give None"):
         controller.watch_namespaces()
+
+
+# -- kubebuilder's --zap-* flags ---------------------------------------------------------
+
+@pytest.mark.parametrize(("argv", "level", "fmt"), [
+    (["--zap-log-level", "debug"], "debug", "text"),
+    (["--zap-log-level", "warn"], "warning", "text"),
+    (["--zap-log-level", "ERROR"], "error", "text"),
+    (["--zap-log-level", "panic"], "critical", "text"),
+    (["--zap-log-level", "2"], "debug", "text"),
+    (["--zap-encoder", "console"], "info", "text"),
+    (["--zap-encoder", "json", "--zap-log-level", "info"], "info", "json"),
+])
+def test_kubebuilder_s_zap_flags_set_the_log_level_and_format(
+        argv: list[str], level: str, fmt: str) -> None:
+    settings = parse(argv, environ={})
+    assert (settings.log_level, settings.log_format) == (level, fmt)
+
+
+def test_a_zap_flag_wins_over_the_environment_as_its_own_flag_does() -> None:
+    settings = parse(["--zap-encoder", "json"], environ={"OPERATOR_KIT_LOG_FORMAT": "text"})
+    assert settings.log_format == "json"
 
 
 # -- --metrics-secure --------------------------------------------------------------------

@@ -114,3 +114,26 @@ def test_the_command_takes_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
     assert (code, err) == (0, "")
     names = [d["metadata"]["name"] for d in yaml.safe_load_all(out)]
     assert f"{plain_operator().name}-metrics-reader" in names
+
+
+def _generated(*flags: str, capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
+    code = manifests_main([*flags, "--namespace", "ops"], operator=plain_operator(),
+                          app="m:operator")
+    out, err = capsys.readouterr()
+    assert (code, err) == (0, "")
+    return list(yaml.safe_load_all(out))
+
+
+def test_the_generated_manifests_are_secure_by_default_as_kubebuilder_s(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    docs = _generated(capsys=capsys)
+    assert {"name": "OPERATOR_KIT_METRICS_SECURE", "value": "1"} in container(docs)["env"]
+    assert f"{plain_operator().name}-metrics-reader" in [d["metadata"]["name"] for d in docs]
+
+
+def test_no_metrics_secure_turns_it_off(capsys: pytest.CaptureFixture[str]) -> None:
+    docs = _generated("--no-metrics-secure", capsys=capsys)
+    assert "OPERATOR_KIT_METRICS_SECURE" not in [e["name"] for e in container(docs)["env"]]
+    assert f"{plain_operator().name}-metrics-reader" not in [
+        d["metadata"]["name"] for d in docs]
+    assert container(docs)["readinessProbe"]["httpGet"]["scheme"] == "HTTP"

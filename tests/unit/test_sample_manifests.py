@@ -1,4 +1,5 @@
-"""The Backup sample's manifests: golden output, and RBAC that is exactly Operator.rules()."""
+"""The Backup sample's manifests: golden output, and RBAC that is exactly Operator.rules()
+and, as ``/metrics`` is secure by default, the rights to check a scraper's token."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import yaml
 from backup_operator import operator
 
 from operator_kit.api.rbac import Rule, merge_rules
+from operator_kit.client.delegated import RULES as METRICS_AUTH_RULES
 
 GOLDEN = Path(__file__).parents[1] / "golden" / "backup-operator.yaml"
 ARGS = ["backup_operator:operator", "--namespace", "backup-operator",
@@ -38,8 +40,10 @@ def test_manifests_are_byte_identical_run_to_run() -> None:
 def test_roles_grant_exactly_what_operator_rules_derived() -> None:
     docs = list(yaml.safe_load_all(GOLDEN.read_text()))
     granted = [Rule(r["apiGroups"], r["resources"], r["verbs"], r.get("resourceNames", ()))
-               for d in docs if d["kind"] in ("ClusterRole", "Role") for r in d["rules"]]
-    assert merge_rules(granted) == operator.rules()
+               for d in docs if d["kind"] in ("ClusterRole", "Role")
+               and d["metadata"]["name"] != "backup-operator-metrics-reader"
+               for r in d["rules"]]
+    assert merge_rules(granted) == merge_rules([*operator.rules(), *METRICS_AUTH_RULES])
     assert not any("*" in (*r.verbs, *r.resources, *r.api_groups) for r in granted)
 
 
@@ -54,6 +58,7 @@ def test_deployment_runs_non_root_with_probes_on_the_tls_port() -> None:
                                                       "scheme": "HTTPS"}
     assert container["livenessProbe"]["httpGet"]["path"] == "/livez"
     assert {"name": "OPERATOR_KIT_APP", "value": "backup_operator:operator"} in container["env"]
+    assert {"name": "OPERATOR_KIT_METRICS_SECURE", "value": "1"} in container["env"]
     crd = docs["CustomResourceDefinition"]
     assert crd["spec"]["conversion"]["strategy"] == "Webhook"
     assert [v["name"] for v in crd["spec"]["versions"]] == ["v1", "v2"]
