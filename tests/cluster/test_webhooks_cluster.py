@@ -136,9 +136,11 @@ def free_port() -> int:
 
 
 class Gunicorn:
-    """``gunicorn operator_kit.webhooks:app`` serving this module's `webhooks` over TLS."""
+    """``gunicorn operator_kit.webhooks:app`` serving this module's `webhooks` over TLS
+    (or the app `app` names, with `env` added to its environment)."""
 
-    def __init__(self, cert: WebhookCertificate, directory: Path) -> None:
+    def __init__(self, cert: WebhookCertificate, directory: Path, *,
+                 app: str = f"{__name__}:webhooks", env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.directory = directory
         self.captured = directory / "captured"
@@ -148,11 +150,12 @@ class Gunicorn:
         self.files = cert.install(directory, point_server=False)
         env = {
             **os.environ,
-            "OPERATOR_KIT_APP": f"{__name__}:webhooks",
+            "OPERATOR_KIT_APP": app,
             "OPERATOR_KIT_TLS_DIR": str(directory),
             "OPERATOR_KIT_BIND": f"127.0.0.1:{self.port}",
             CAPTURE_ENV: str(self.captured),
             "PYTHONPATH": os.pathsep.join(sys.path),
+            **(env or {}),
         }
         env.pop("OPERATOR_KIT_TLS_CERT", None)
         env.pop("OPERATOR_KIT_TLS_KEY", None)
@@ -219,6 +222,8 @@ def webhook(
     fail_closed: bool = True,
     ca_bundle: bytes | None = None,
     operations: tuple[str, ...] = ("CREATE", "UPDATE"),
+    resource: tuple[str, str] = (GROUP, Gadget.plural),
+    timeout_seconds: int = 5,
 ) -> dict[str, Any]:
     client_config: dict[str, Any] = {
         "service": {"name": service, "namespace": namespace, "path": path, "port": port}
@@ -230,10 +235,10 @@ def webhook(
         "clientConfig": client_config,
         "rules": [
             {
-                "apiGroups": [GROUP],
+                "apiGroups": [resource[0]],
                 "apiVersions": ["v1"],
                 "operations": list(operations),
-                "resources": [Gadget.plural],
+                "resources": [resource[1]],
                 "scope": "Namespaced",
             }
         ],
@@ -242,7 +247,7 @@ def webhook(
         "failurePolicy": "Fail" if fail_closed else "Ignore",
         "sideEffects": "None",
         "admissionReviewVersions": ["v1"],
-        "timeoutSeconds": 5,
+        "timeoutSeconds": timeout_seconds,
     }
 
 
