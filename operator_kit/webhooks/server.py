@@ -76,6 +76,7 @@ import logging
 import reprlib
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal, TypeVar
@@ -379,7 +380,9 @@ class Webhooks(flask.Flask):
             raise self._too_large(conversion, length)
         size = limit if length is None else length  # chunked: as large as it may be
         budget = self._budget
-        budget.total = self.budget_bytes()
+        budget.total = self.budget_bytes()  # the limits may have been changed since
+        self.config["MAX_CONTENT_LENGTH"] = max(self.max_body_bytes,
+                                                self.max_conversion_body_bytes) + 1
         if not budget.counts(size):
             return 0
         if not budget.take(size, self._budget_wait):
@@ -399,7 +402,9 @@ class Webhooks(flask.Flask):
         length = request.content_length
         # Bounds what werkzeug reads of a body without Content-Length (chunked): it stops
         # quietly at the limit, so one byte more tells an over-long body from a full one.
-        request.max_content_length = limit + 1
+        # Per request since Flask 3.1; before, the app's (the larger limit's) bounds it.
+        with suppress(AttributeError):
+            request.max_content_length = limit + 1
         try:
             data = request.get_data(cache=False)
         except RequestEntityTooLarge:

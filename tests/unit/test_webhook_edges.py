@@ -114,7 +114,7 @@ def generous(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         yield running
 
 
-def non_reader(server: Server, body: bytes) -> socket.socket:
+def non_reader(server: Server, body: bytes) -> ssl.SSLSocket:
     """Connect with a tiny receive buffer, send a request whose answer is large, and never
     read: the server's send blocks once its socket buffer is full."""
     raw = socket.socket()
