@@ -41,11 +41,13 @@ How one request flows (`Webhooks._view`):
    object that does not decode stays a 400.
 3. *The handler* runs. Returning allows; `Denied` denies with its message (kubectl shows
    it); any other exception is a bug in the handler: its traceback goes to the
-   ``operator_kit.webhooks`` logger and the API server gets HTTP 500 with a message that
-   names the webhook and nothing else (no internal detail or secret leaks into an
-   answer). The API server then applies the webhook's failurePolicy, as for a server
-   that is down: ``Fail`` refuses the write with "failed calling webhook", ``Ignore``
-   lets it through; the client does not see a 403 denial that reads like RBAC.
+   ``operator_kit.webhooks`` logger and the API server gets HTTP 500 with a metav1
+   Status whose message names the webhook and nothing else (no internal detail or
+   secret leaks into an answer). The API server then applies the webhook's
+   failurePolicy, as for a server that is down: ``Fail`` refuses the write with
+   "failed calling webhook ...: failed to call webhook: <that message>" (from a body
+   that is not a Status it would show "unknown"), ``Ignore`` lets it through; the client
+   does not see a 403 denial that reads like RBAC.
 4. *The answer*: the review with the request's uid echoed. A mutating handler returns the
    object changed; the RFC 6902 JSON patch from the object received to the object
    returned is computed here (`json_patch`) and sent base64-encoded; an unchanged
@@ -335,7 +337,10 @@ class Webhooks(flask.Flask):
                     taken = 0
                 return response
             except HandlerFailed as failed:  # logged with its traceback already
-                return _json({"error": failed.message}, 500)
+                # A metav1 Status: what the API server's client reads the message from
+                return _json({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                              "status": "Failure", "message": failed.message,
+                              "reason": "InternalError", "code": 500}, 500)
             except BadInput as bad:
                 outcome, code = "bad_request", bad.status
                 self._log_bad_request(path, bad)

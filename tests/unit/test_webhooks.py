@@ -348,8 +348,11 @@ def test_a_handler_that_raises_is_an_internal_error_500_and_its_traceback_is_log
         response = http.post(
             "/validate", json=admission(widget({"schedule": "x", "database": "explode"})))
     assert response.status_code == 500
+    # a metav1 Status, from which the API server's client reads the message
     assert response.get_json() == {
-        "error": "internal error in webhook /validate; see the operator's log"}
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": "internal error in webhook /validate; see the operator's log",
+        "reason": "InternalError", "code": 500}
     assert SECRET not in response.get_data(as_text=True)
     assert "Traceback" not in response.get_data(as_text=True)
     (record,) = [r for r in caplog.records if r.name == "operator_kit.webhooks"]
@@ -418,8 +421,8 @@ def test_a_mutate_handler_that_raises_or_returns_no_object_is_an_internal_error_
         response = http.post(
             "/mutate", json=admission(widget({"schedule": "x", "database": database})))
     assert response.status_code == 500
-    assert response.get_json() == {
-        "error": "internal error in webhook /mutate; see the operator's log"}
+    assert response.get_json()["message"] == (
+        "internal error in webhook /mutate; see the operator's log")
     assert SECRET not in response.get_data(as_text=True)
     assert caplog.records and caplog.records[-1].exc_info is not None
     if database == "wrong-type":
