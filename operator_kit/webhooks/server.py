@@ -33,7 +33,8 @@ How one request flows (`Webhooks._view`):
    bounded that way, and the generated Deployment's memory limit is derived from it.
 2. *Review checks*: the body is JSON, an object, the expected apiVersion and kind of
    review, with a ``request`` that has a ``uid``. Any failure is *bad input*: a 4xx with
-   ``{"error": "<what was wrong>"}`` — never a 500 or a traceback. The API server then
+   a metav1 Status whose message says what was wrong (the API server shows it; from
+   another body it would show "unknown") — never a 500 or a traceback. The API server then
    applies the webhook's failurePolicy. An admission object that does not decode as the
    registered kind (`CustomResource.from_dict`) is the object's fault, not the call's:
    it is denied with code 422 and the decoder's message (mutating webhooks run before
@@ -337,20 +338,17 @@ class Webhooks(flask.Flask):
                     taken = 0
                 return response
             except HandlerFailed as failed:  # logged with its traceback already
-                # A metav1 Status: what the API server's client reads the message from
-                return _json({"kind": "Status", "apiVersion": "v1", "metadata": {},
-                              "status": "Failure", "message": failed.message,
-                              "reason": "InternalError", "code": 500}, 500)
+                return _status(failed.message, 500)
             except BadInput as bad:
                 outcome, code = "bad_request", bad.status
                 self._log_bad_request(path, bad)
-                response = _json({"error": bad.message}, bad.status)
+                response = _status(bad.message, bad.status)
                 if bad.status == 503:
                     response.headers["Retry-After"] = "1"
                 return response
             except Exception:  # a bug here, not in a handler: still no traceback out
                 logger.exception("webhook %s: unexpected error answering a request", path)
-                return _json({"error": f"internal error in webhook {path}"}, 500)
+                return _status(f"internal error in webhook {path}", 500)
             finally:
                 if taken:
                     self._budget.give_back(taken)
@@ -469,7 +467,7 @@ class Webhooks(flask.Flask):
             message = f"method {request.method} is not allowed on {request.path}; use POST"
         else:
             message = f"{err.name}: {err.description}"
-        response = _json({"error": message}, err.code or 500)
+        response = _status(message, err.code or 500)
         if isinstance(err, MethodNotAllowed) and err.valid_methods:
             response.headers["Allow"] = ", ".join(err.valid_methods)
         return response
@@ -511,6 +509,19 @@ def _size(n: int) -> str:
         if n >= unit:
             return f"{n // unit} {name}" if n % unit == 0 else f"{n / unit:.1f} {name}"
     return f"{n} bytes"
+
+
+_REASONS = {400: "BadRequest", 404: "NotFound", 405: "MethodNotAllowed",
+            413: "RequestEntityTooLarge", 415: "UnsupportedMediaType", 500: "InternalError",
+            503: "ServiceUnavailable"}
+
+
+def _status(message: str, code: int) -> flask.Response:
+    """An error answer as a metav1 Status: the API server's client reads the message from
+    it and shows it to the user (from another body it shows "unknown")."""
+    return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                  "message": message, "reason": _REASONS.get(code, "Unknown"), "code": code},
+                 code)
 
 
 def _json(body: Any, status: int) -> flask.Response:

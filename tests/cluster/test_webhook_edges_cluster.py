@@ -8,7 +8,13 @@ reuses), for a kind of this module only, in this module's namespace:
   leave admission working: 16 of 16 dry-run creates through the validating webhook pass;
 - a handler that raises answers HTTP 500 with a message, and the API server applies the
   webhook's failurePolicy: ``Fail`` refuses the create as an internal error naming the
-  webhook (not a 403 that reads like RBAC), ``Ignore`` lets it through.
+  webhook (not a 403 that reads like RBAC), ``Ignore`` lets it through;
+- an object whose AdmissionReview is over the admission body limit (16 KiB here) is
+  refused with the 413's message, which names the limit and the setting.
+
+(A LIST in another version did not make a large ConversionReview: 80 objects of ~1.2 KiB
+listed in v2 with a 64 KiB conversion limit succeeded, the API server converting as it
+decodes; the conversion limit is tested through gunicorn in test_webhook_edges.py.)
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ BLOAT = 66_000  # bytes added to each converted object: 100 objects, an answer o
 @dataclass
 class ThingSpec:
     size: int
+    note: str = ""
 
 
 class Thing(CustomResource):
@@ -63,8 +70,10 @@ class Thing(CustomResource):
     spec: ThingSpec
 
 
-# The body budget is set high: here only the write deadline frees the threads.
-webhooks = Webhooks(body_budget_bytes=256 * 1024 * 1024)
+# The body budget is set high: here only the write deadline frees the threads. The
+# admission limit is set low, so that an object with a 20 KiB note is over it.
+ADMISSION_LIMIT = 16 * 1024
+webhooks = Webhooks(body_budget_bytes=256 * 1024 * 1024, max_body_bytes=ADMISSION_LIMIT)
 
 
 @webhooks.validate(Thing, "/validate")
@@ -209,3 +218,19 @@ def test_a_handler_that_raises_is_an_internal_error_and_the_failure_policy_appli
     log = edges.server.output()
     assert "handler explode raised on CREATE of Thing" in log
     assert "Traceback" in log and "RuntimeError" in log  # the traceback is in the log
+
+
+def test_an_object_over_the_admission_body_limit_is_refused_naming_the_limit_and_the_setting(
+    edges: Edges,
+) -> None:
+    body = Thing("large", ThingSpec(size=1, note="n" * 20 * 1024),
+                 labels={SCENARIO: "admission"}).to_dict()
+    with pytest.raises(ApiException) as failure:
+        edges.ns.api.request(
+            "POST", f"/apis/{GROUP}/v1/namespaces/{edges.ns.name}/{Thing.plural}", body=body)
+    message = json.loads(failure.value.body)["message"]
+    print(f"\nan object of 20 KiB: HTTP {failure.value.status}: {message}")
+    assert f'failed calling webhook "validate.{GROUP}"' in message
+    assert message.endswith(
+        f"over the {ADMISSION_LIMIT}-byte (16 KiB) limit of an admission review; "
+        "Webhooks.max_body_bytes sets it")

@@ -206,7 +206,7 @@ def test_a_body_over_its_endpoints_limit_gets_413_naming_the_limit_before_it_is_
             answer += chunk
     seconds = time.perf_counter() - started
     status = int(answer.split()[1])
-    error = json.loads(answer.partition(b"\r\n\r\n")[2])["error"]
+    error = json.loads(answer.partition(b"\r\n\r\n")[2])["message"]
     assert status == 413
     assert error == (f"body of {announced} bytes over the {limit}-byte ({limit // MIB} MiB) "
                      f"limit of {review}; Webhooks.{setting} sets it")
@@ -251,7 +251,7 @@ def test_the_largest_conversions_eight_at_once_stay_within_the_memory_they_were_
     for status, headers, content in results:
         if status == 503:  # the budget was full for 2 s: retry, nothing half done
             assert headers.get("Retry-After") == "1"
-            assert "body budget (Webhooks.body_budget_bytes)" in json.loads(content)["error"]
+            assert "body budget (Webhooks.body_budget_bytes)" in json.loads(content)["message"]
         else:
             converted = json.loads(content)["response"]["convertedObjects"]
             assert len(converted) == len(json.loads(body)["request"]["objects"])
