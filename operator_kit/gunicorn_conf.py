@@ -16,6 +16,9 @@ Why these values:
   (default 5) of a thread taking it up, else its connection is closed: without that, as
   many stalled or trickling clients as threads would stop every webhook being answered
   (see `operator_kit.webhooks.gunicorn_worker`).
+- Each answer must be sent in full within ``OPERATOR_KIT_WRITE_TIMEOUT`` seconds (default
+  10) of the app returning it, else its connection is shut down: a client that never
+  reads its answers would otherwise hold a thread each.
 - ``reuse_port``: two replicas (or an old and a new process during a rollout) may listen
   on one port, as pods behind a Service do.
 - TLS is required: the API server only calls webhooks over HTTPS. The files come from
@@ -87,7 +90,8 @@ from operator_kit.settings import (
     env_text,
 )
 from operator_kit.webhooks.certificates import TLS_CERT_ENV, TLS_KEY_ENV
-from operator_kit.webhooks.gunicorn_worker import DEFAULT_READ_TIMEOUT
+from operator_kit.webhooks.gunicorn_worker import DEFAULT_READ_TIMEOUT, DEFAULT_WRITE_TIMEOUT
+from operator_kit.webhooks.limits import DEFAULT_THREADS
 from operator_kit.webhooks.loader import APP_ENV
 from operator_kit.webhooks.tls import ServingContext, set_current
 
@@ -187,7 +191,7 @@ def _bind() -> str:
 
 
 def _threads() -> int:
-    return env_int("OPERATOR_KIT_THREADS", 8, minimum=1,
+    return env_int("OPERATOR_KIT_THREADS", DEFAULT_THREADS, minimum=1,
                    what="the number of threads per worker")
 
 
@@ -205,6 +209,8 @@ def _check_environment() -> None:
         # The worker reads it again (`ThreadWorker`), by the same rule.
         env_float("OPERATOR_KIT_READ_TIMEOUT", DEFAULT_READ_TIMEOUT, above=0,
                   what="the seconds a request may take to arrive in full")
+        env_float("OPERATOR_KIT_WRITE_TIMEOUT", DEFAULT_WRITE_TIMEOUT, above=0,
+                  what="the seconds an answer may take to be sent in full")
         # OPERATOR_KIT_LEADER_ELECT: the worker's Operator reads it (`apply_environment`)
         for name in ("OPERATOR_KIT_ACCESS_LOG", "OPERATOR_KIT_INSECURE_HTTP",
                      "OPERATOR_KIT_LEADER_ELECT", "OPERATOR_KIT_METRICS_SECURE"):

@@ -447,6 +447,11 @@ WEBHOOK_READ_TIMEOUTS = Counter(
     "by stage: connecting (TLS handshake), idle (no request began), request (partway).",
     ["stage"],
 )
+WEBHOOK_WRITE_TIMEOUTS = Counter(
+    "operator_kit_webhook_write_timeouts",
+    "Connections closed because their answer was not taken within "
+    "OPERATOR_KIT_WRITE_TIMEOUT (a client that does not read).",
+)
 WEBHOOK_DURATION = Histogram(
     "operator_kit_webhook_duration_seconds",
     "Time to answer one webhook request, by path.",

@@ -13,9 +13,11 @@
    serving ``operator_kit.webhooks:app`` on one TLS port (webhooks, ``/livez``,
    ``/readyz``, ``/metrics``), probes on that port, the ServiceAccount, a non-root,
    read-only security context (user and group 65532), CPU, memory and ephemeral-storage
-   requests and limits; with more than one replica, a preferred anti-affinity that
-   spreads the pods over nodes and a PodDisruptionBudget that keeps one serving
-   during a drain (the webhooks fail closed: none serving means no writes);
+   requests and limits (the memory limit derived from the webhook server's bounds,
+   `operator_kit.webhooks.limits.memory_limit_mib`); with more than one replica, a
+   preferred anti-affinity that spreads the pods over nodes and a PodDisruptionBudget
+   that keeps one serving during a drain (the webhooks fail closed: none serving means
+   no writes);
 4. the Validating/MutatingWebhookConfigurations for the registered admission webhooks;
 5. with ``service_monitor``, the metrics Service and a ServiceMonitor (`_monitoring`);
    with ``metrics_secure``, the ClusterRole ``<operator>-metrics-reader`` to bind to
@@ -72,6 +74,13 @@ from operator_kit.manifests._webhooks import (
 )
 from operator_kit.settings import ENV, METRICS_PORT, NAME_ENV, PROBE_PORT
 from operator_kit.webhooks.certificates import INJECT_CA_FROM, ExternalCertificate
+from operator_kit.webhooks.limits import (
+    CONTROLLERS_MEMORY_MIB,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_CONVERSION_BODY_BYTES,
+    DEFAULT_THREADS,
+    memory_limit_mib,
+)
 
 if TYPE_CHECKING:
     from operator_kit.operator import Operator
@@ -164,7 +173,9 @@ def operator_manifests(operator: Operator, *, app: str, namespace: str, image: s
     docs.append(deployment(operator.name, app=app, namespace=namespace, image=image,
                            replicas=replicas, names=_names_env(operator, registrations),
                            tls_secret=certificate.secret if certificate else None,
-                           webhooks=bool(registrations), metrics_secure=metrics_secure))
+                           webhooks=bool(registrations), metrics_secure=metrics_secure,
+                           body_budget=operator.webhooks.budget_bytes() if registrations
+                           else None))
     if replicas > 1:
         docs.append(disruption_budget(operator.name, namespace))
     docs.append(network_policy(operator.name, namespace, webhooks=bool(registrations)))
@@ -321,7 +332,8 @@ def _probe(path: str, port: str = "https", scheme: str = "HTTPS") -> dict[str, A
 def deployment(name: str, *, app: str, namespace: str, image: str,
                replicas: int = 2, names: Mapping[str, str] | None = None,
                tls_secret: str | None = None, webhooks: bool = True,
-               metrics_secure: bool = False) -> dict[str, Any]:
+               metrics_secure: bool = False,
+               body_budget: int | None = None) -> dict[str, Any]:
     """The operator's Deployment: gunicorn serving webhooks, probes and metrics over TLS
     (with `tls_secret`, from that Secret mounted read-only; the operator writes none);
     without `webhooks`, the operator's own command line (`OPERATOR_COMMAND`), probes over
@@ -329,7 +341,10 @@ def deployment(name: str, *, app: str, namespace: str, image: str,
     `metrics_secure`).
 
     `names` are environment variables naming the objects the operator refers to;
-    `metrics_secure` sets ``OPERATOR_KIT_METRICS_SECURE=1``."""
+    `metrics_secure` sets ``OPERATOR_KIT_METRICS_SECURE=1``. The memory limit is
+    `CONTROLLERS_MEMORY_MIB`, plus with webhooks what answering them may take: the
+    `memory_limit_mib` of `body_budget` (the Webhooks app's ``budget_bytes()``; default
+    that of the default limits) on the worker's `DEFAULT_THREADS`."""
     secure = [{"name": ENV["metrics_secure"], "value": "1"}] if metrics_secure else []
     if not webhooks:
         container = _operator_container(name, image, app)
@@ -359,7 +374,9 @@ def deployment(name: str, *, app: str, namespace: str, image: str,
         "ports": [{"name": "https", "containerPort": WEBHOOK_PORT, "protocol": "TCP"}],
         "livenessProbe": _probe("/livez"),
         "readinessProbe": _probe("/readyz"),
-        "resources": _resources(),
+        "resources": _resources(memory_limit_mib(
+            body_budget or max(DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CONVERSION_BODY_BYTES),
+            DEFAULT_THREADS)),
         "securityContext": _container_security(),
         "volumeMounts": [{"name": "tls", "mountPath": "/run/operator-kit/tls",
                           **({"readOnly": True} if tls_secret else {})},
@@ -376,9 +393,9 @@ def _pod_env() -> list[dict[str, Any]]:
              "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}]
 
 
-def _resources() -> dict[str, Any]:
+def _resources(memory_mib: int = CONTROLLERS_MEMORY_MIB) -> dict[str, Any]:
     return {"requests": {"cpu": "50m", "memory": "96Mi", "ephemeral-storage": "16Mi"},
-            "limits": {"cpu": "1", "memory": "256Mi", "ephemeral-storage": "64Mi"}}
+            "limits": {"cpu": "1", "memory": f"{memory_mib}Mi", "ephemeral-storage": "64Mi"}}
 
 
 def _container_security() -> dict[str, Any]:

@@ -6,7 +6,8 @@ flows; `admission`: the AdmissionReview on the wire (`AdmissionRequest`, `Denied
 `loader`: the gunicorn entry point (which app a worker serves); `certificates`: the CA and
 serving certificate (`WebhookCertificate`, `ExternalCertificate`); `certkeeper`: keeping
 it valid and its CA bundle injected while the operator runs; `tls`: the TLS policy;
-`gunicorn_worker`: the worker that keeps idle and slow connections off its threads.
+`gunicorn_worker`: the worker that keeps idle and slow connections off its threads;
+`limits`: the body budget, the memory limit derived from it, and log throttling.
 
 ``gunicorn operator_kit.webhooks:app`` serves the object named by ``OPERATOR_KIT_APP``.
 

@@ -1,5 +1,5 @@
-"""gunicorn's threaded worker, with new connections handshaken in its poller and a
-deadline on receiving each request.
+"""gunicorn's threaded worker, with new connections handshaken in its poller and
+deadlines on receiving each request and on sending each answer.
 
 gunicorn's ``gthread`` worker hands each new connection to one of its threads (8), which
 waits up to 5 s for a first byte, then does the TLS handshake and reads the request with
@@ -26,10 +26,20 @@ help: each byte resets it).
   else its connection is shut down, which wakes the thread blocked on it; a warning names
   the client. One thread, ``operator_kit-read-deadlines``, watches these deadlines; it
   stops with the worker. The time a handler takes once it has read the body does not
-  count, nor does writing the answer (the webhook views always read their body).
+  count (the webhook views always read their body).
+- **An answer must be sent in full within ``OPERATOR_KIT_WRITE_TIMEOUT`` seconds**
+  (default 10) of the app returning it, else its connection is shut down and the thread
+  is free again. Without it, a client that sends requests with large answers and never
+  reads them holds a thread per request in ``send`` for as long as it keeps its socket
+  open: 8 such clients stopped all admission (issue 38, R2). The same thread watches
+  these deadlines.
+
+Warnings about slow clients are logged once per client address and reason per minute,
+with the count of those left out (`operator_kit.webhooks.limits.LogThrottle`).
 
 ``operator_kit_webhook_read_timeouts_total{stage}`` counts the connections closed, by how
-far they got (`CONNECTING`, `IDLE`, `REQUEST`).
+far they got (`CONNECTING`, `IDLE`, `REQUEST`); ``operator_kit_webhook_write_timeouts_total``
+those closed with their answer unsent.
 
 The remaining limit is gunicorn's ``worker_connections`` (1000) per worker. When that many
 connections are open, the one that has waited longest without sending a request byte (in
@@ -62,37 +72,50 @@ from gunicorn import sock as gsock
 from gunicorn.workers.gthread import TConn
 from gunicorn.workers.gthread import ThreadWorker as _GThreadWorker
 
-from operator_kit.metrics import WEBHOOK_READ_TIMEOUTS
+from operator_kit.metrics import WEBHOOK_READ_TIMEOUTS, WEBHOOK_WRITE_TIMEOUTS
+from operator_kit.webhooks.limits import LogThrottle
 
 logger = logging.getLogger("operator_kit.gunicorn")
 
 DEFAULT_READ_TIMEOUT = 5.0
+DEFAULT_WRITE_TIMEOUT = 10.0
 CHECK_INTERVAL = 0.1
+SLOW_CLIENT_LOG_INTERVAL = 60.0
 
 
 def read_timeout_from_env() -> float:
     """``OPERATOR_KIT_READ_TIMEOUT`` in seconds (default 5); a clear error if malformed."""
-    raw = os.environ.get("OPERATOR_KIT_READ_TIMEOUT", "").strip()
+    return _seconds_from_env("OPERATOR_KIT_READ_TIMEOUT", DEFAULT_READ_TIMEOUT)
+
+
+def write_timeout_from_env() -> float:
+    """``OPERATOR_KIT_WRITE_TIMEOUT`` in seconds (default 10); a clear error if malformed."""
+    return _seconds_from_env("OPERATOR_KIT_WRITE_TIMEOUT", DEFAULT_WRITE_TIMEOUT)
+
+
+def _seconds_from_env(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
     if not raw:
-        return DEFAULT_READ_TIMEOUT
+        return default
     try:
         value = float(raw)
     except ValueError:
         value = float("nan")
     if not value > 0 or value == float("inf"):
-        raise ValueError(
-            f"OPERATOR_KIT_READ_TIMEOUT must be a positive number of seconds, got {raw!r}"
-        )
+        raise ValueError(f"{name} must be a positive number of seconds, got {raw!r}")
     return value
 
 
 CONNECTING, IDLE, REQUEST = "connecting", "idle", "request"
 """How far a connection got: in its TLS handshake, done with it (or kept alive) but sent
 no byte of a request yet, or partway through a request."""
+ANSWER = "answer"
+"""Its answer is being sent (the write deadline's only stage)."""
 
 
 class ReadDeadlines:
-    """Connections whose request is being read, each with the time it must be read by.
+    """Connections whose request is being read (or, for the write deadline, whose answer
+    is being sent), each with the time it must be done by.
 
     `begin` when a thread takes a connection, `reached` as it gets further (see
     CONNECTING, IDLE, REQUEST), `end` once its request has been read (or the thread is
@@ -207,12 +230,17 @@ class PolledConn(TConn):  # type: ignore[misc]
 
 
 class ThreadWorker(_GThreadWorker):  # type: ignore[misc]
-    """gunicorn's gthread worker; connections handshaken in the poller, a deadline on
-    reading each request (module docstring)."""
+    """gunicorn's gthread worker; connections handshaken in the poller, deadlines on
+    reading each request and sending each answer (module docstring)."""
+
+    wsgi: Any  # gunicorn's: the app it serves, set by load_wsgi
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.read_deadlines = ReadDeadlines(read_timeout_from_env())
+        self.write_deadlines = ReadDeadlines(write_timeout_from_env())
+        self.slow_client_log = LogThrottle(SLOW_CLIENT_LOG_INTERVAL)
+        self._in_thread = threading.local()  # the connection a thread is answering
         self._deadline_stop = threading.Event()
         # Connections not yet given to a thread, oldest first: in their handshake
         # (plain HTTP: waiting for a first byte), with the event each waits for.
@@ -230,6 +258,22 @@ class ThreadWorker(_GThreadWorker):  # type: ignore[misc]
             watcher.join(timeout=5)
             for conn in list(self.connecting):
                 self._drop(conn)
+
+    def load_wsgi(self) -> None:
+        """The app, wrapped so that a thread's answer gets its write deadline once the
+        app has returned it (Flask has computed the whole answer by then)."""
+        super().load_wsgi()
+        app: Any = self.wsgi
+        in_thread, deadlines = self._in_thread, self.write_deadlines
+
+        def answer_in_time(environ: Any, start_response: Any) -> Any:
+            result = app(environ, start_response)
+            conn = getattr(in_thread, "conn", None)
+            if conn is not None:
+                deadlines.begin(conn, ANSWER)
+            return result
+
+        self.wsgi = answer_in_time
 
     # -- in the poller (the worker's main thread) ---------------------------------------
 
@@ -319,11 +363,9 @@ class ThreadWorker(_GThreadWorker):  # type: ignore[misc]
         WEBHOOK_READ_TIMEOUTS.labels(CONNECTING).inc()
         client = _address(conn.client)
         if conn.heard:
-            logger.warning(
-                "closed the connection from %s: its request was not received within %.1f s "
-                "(stalled in its TLS handshake: a slow or stalled client; "
-                "OPERATOR_KIT_READ_TIMEOUT)", client, self.read_deadlines.timeout,
-            )
+            self._warn(conn, CONNECTING, "its request was not received within %.1f s "
+                       "(stalled in its TLS handshake: a slow or stalled client; "
+                       "OPERATOR_KIT_READ_TIMEOUT)", self.read_deadlines.timeout)
         else:
             logger.debug("closed the connection from %s: it sent nothing within %.1f s",
                          client, self.read_deadlines.timeout)
@@ -368,7 +410,12 @@ class ThreadWorker(_GThreadWorker):  # type: ignore[misc]
             self.read_deadlines.end(conn)
         else:
             body.reader = _EndOfBody(reader, lambda: self.read_deadlines.end(conn))
-        return super().handle_request(req, conn)
+        self._in_thread.conn = conn
+        try:
+            return super().handle_request(req, conn)
+        finally:
+            self._in_thread.conn = None
+            self.write_deadlines.end(conn)
 
     def _follow_stages(self, conn: Any) -> None:
         """Note when `conn` is through its TLS handshake, and when a request's first byte
@@ -420,11 +467,28 @@ class ThreadWorker(_GThreadWorker):  # type: ignore[misc]
                     logger.debug("closed the idle connection from %s: no request began on it "
                                  "within %.1f s", client, self.read_deadlines.timeout)
                 else:
-                    logger.warning(
-                        "closed the connection from %s: its request was not received "
-                        "within %.1f s (a slow or stalled client; OPERATOR_KIT_READ_TIMEOUT)",
-                        client, self.read_deadlines.timeout,
-                    )
+                    self._warn(conn, stage, "its request was not received within %.1f s "
+                               "(a slow or stalled client; OPERATOR_KIT_READ_TIMEOUT)",
+                               self.read_deadlines.timeout)
+            for conn, _ in self.write_deadlines.expired():
+                if getattr(conn, "is_http2", False) or not shut_down(getattr(conn, "sock", None)):
+                    continue
+                WEBHOOK_WRITE_TIMEOUTS.inc()
+                self._warn(conn, ANSWER, "its answer was not taken within %.1f s (a client "
+                           "that does not read, or reads too slowly; OPERATOR_KIT_WRITE_TIMEOUT)",
+                           self.write_deadlines.timeout)
+
+    def _warn(self, conn: Any, reason: str, message: str, *args: Any) -> None:
+        """A warning about a slow client, once per address and reason per interval."""
+        client = getattr(conn, "client", None)
+        host = client[0] if isinstance(client, tuple) and client else str(client)
+        left_out = self.slow_client_log.admit((host, reason))
+        if left_out is None:
+            return
+        more = (f" ({left_out} more like it from {host} since the last such line, not logged)"
+                if left_out else "")
+        logger.warning("closed the connection from %s: " + message + "%s",
+                       _address(client), *args, more)
 
 
 def _address(client: Any) -> str:

@@ -207,8 +207,8 @@ def test_pod_webhooks_get_dicts_or_models_as_registered() -> None:
     denied = http.post("/validate-pod", json=pod_review(POD)).get_json()["response"]
     assert denied["allowed"] is False and denied["status"]["message"] == "no"
     assert seen == [dict, k8s.V1Pod]
-    refused = http.post("/wrong-form", json=pod_review(POD)).get_json()["response"]
-    assert refused["allowed"] is False
+    wrong_form = http.post("/wrong-form", json=pod_review(POD))  # a handler bug: 500
+    assert wrong_form.status_code == 500
     registrations = {r.path: r for r in app.registrations()}
     assert registrations["/validate-pod"].kind is None
     assert str(registrations["/validate-pod"].target) == "v1/Pod"

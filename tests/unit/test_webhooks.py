@@ -268,6 +268,22 @@ def requests_total(path: str, outcome: str) -> float:
     return value or 0.0
 
 
+def error_of(answer: Any) -> str:
+    """The message of an error answer: a metav1 Status, which the API server shows."""
+    body = answer.get_json() if hasattr(answer, "get_json") else answer
+    assert {k: v for k, v in body.items() if k != "message"} == {
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "reason": body["reason"], "code": body["code"]}, body
+    assert body["reason"] and body["code"] >= 400
+    return str(body["message"])
+
+
+def cr_requests_total(path: str, code: str) -> float:
+    value = REGISTRY.get_sample_value(
+        "controller_runtime_webhook_requests_total", {"webhook": path, "code": code})
+    return value or 0.0
+
+
 def duration_count(path: str) -> float:
     value = REGISTRY.get_sample_value("operator_kit_webhook_duration_seconds_count", {"path": path})
     return value or 0.0
@@ -332,24 +348,26 @@ def test_warnings_are_sent_with_the_answer(http: FlaskClient) -> None:
     assert denied["response"]["warnings"] == ["spec.retain above 30 costs money"]
 
 
-def test_a_handler_that_raises_denies_generically_and_logs_the_traceback(
+def test_a_handler_that_raises_is_an_internal_error_500_and_its_traceback_is_logged(
     http: FlaskClient, caplog: pytest.LogCaptureFixture
 ) -> None:
+    # Not a 403 denial, which reads like RBAC: the API server applies the failurePolicy.
     before = requests_total("/validate", "error")
+    before_500 = cr_requests_total("/validate", "500")
     with caplog.at_level(logging.ERROR, logger="operator_kit.webhooks"):
-        answer = post(
-            http, "/validate", admission(widget({"schedule": "x", "database": "explode"}))
-        )
-    response = answer["response"]
-    assert response["allowed"] is False
-    assert response["status"]["message"] == (
-        "internal error in webhook /validate; see the operator's log"
-    )
-    assert SECRET not in json.dumps(answer)
+        response = http.post(
+            "/validate", json=admission(widget({"schedule": "x", "database": "explode"})))
+    assert response.status_code == 500
+    # a metav1 Status, from which the API server's client reads the message
+    assert error_of(response) == "internal error in webhook /validate; see the operator's log"
+    assert response.get_json()["reason"] == "InternalError"
+    assert SECRET not in response.get_data(as_text=True)
+    assert "Traceback" not in response.get_data(as_text=True)
     (record,) = [r for r in caplog.records if r.name == "operator_kit.webhooks"]
     assert record.exc_info is not None and "RuntimeError" in caplog.text
     assert "CREATE" in record.getMessage() and "team-a/w1" in record.getMessage()
     assert requests_total("/validate", "error") == before + 1
+    assert cr_requests_total("/validate", "500") == before_500 + 1
 
 
 # ---------------------------------------------------------------------- mutate
@@ -404,16 +422,15 @@ def test_mutate_can_deny(http: FlaskClient) -> None:
 
 
 @pytest.mark.parametrize("database", ["explode", "wrong-type"])
-def test_a_mutate_handler_that_raises_or_returns_no_object_denies_generically(
+def test_a_mutate_handler_that_raises_or_returns_no_object_is_an_internal_error_500(
     http: FlaskClient, caplog: pytest.LogCaptureFixture, database: str
 ) -> None:
     with caplog.at_level(logging.ERROR, logger="operator_kit.webhooks"):
-        answer = post(http, "/mutate", admission(widget({"schedule": "x", "database": database})))
-    assert answer["response"]["allowed"] is False
-    assert answer["response"]["status"]["message"] == (
-        "internal error in webhook /mutate; see the operator's log"
-    )
-    assert SECRET not in json.dumps(answer)
+        response = http.post(
+            "/mutate", json=admission(widget({"schedule": "x", "database": database})))
+    assert response.status_code == 500
+    assert error_of(response) == "internal error in webhook /mutate; see the operator's log"
+    assert SECRET not in response.get_data(as_text=True)
     assert caplog.records and caplog.records[-1].exc_info is not None
     if database == "wrong-type":
         assert "must return the Widget" in caplog.text
@@ -422,7 +439,7 @@ def test_a_mutate_handler_that_raises_or_returns_no_object_denies_generically(
 def test_mutate_without_an_object_on_create_is_bad_input(http: FlaskClient) -> None:
     response = http.post("/mutate", json=admission(None))
     assert response.status_code == 400
-    assert response.get_json() == {"error": "request.object is required for CREATE"}
+    assert error_of(response) == "request.object is required for CREATE"
 
 
 # ---------------------------------------------------------------------- JSON patch
@@ -733,7 +750,7 @@ def test_a_malformed_conversion_request_is_bad_input(
     change(review["request"])
     response = http.post("/convert", json=review)
     assert response.status_code == 400
-    assert response.get_json() == {"error": error}
+    assert error_of(response) == error
 
 
 # ---------------------------------------------------------------------- bad input
@@ -860,7 +877,8 @@ BAD_INPUT = [
         b" " * (64 * 1024 + 1),
         "application/json",
         413,
-        "body larger than 65536 bytes",
+        "body of 65537 bytes over the 65536-byte (64 KiB) limit of an admission review; "
+        "Webhooks.max_body_bytes sets it",
     ),
     (
         "the wrong content type",
@@ -902,10 +920,10 @@ def test_bad_input_gets_a_4xx_with_a_json_error_saying_what_was_wrong(
     response = http.open(path, method=method, data=data, headers=headers)
     assert response.status_code == status
     assert response.mimetype == "application/json"
-    body = response.get_json()
-    assert set(body) == {"error"}
-    assert error in body["error"]
-    assert "Traceback" not in body["error"]
+    message = error_of(response)
+    assert response.get_json()["code"] == status
+    assert error in message
+    assert "Traceback" not in message
     assert requests_total(path, "bad_request") == before + 1
     if status == 405:
         assert response.headers["Allow"] == "POST"
@@ -939,7 +957,9 @@ def test_a_chunked_body_over_the_limit_is_refused(http: FlaskClient) -> None:
         environ_overrides={"wsgi.input_terminated": True},  # as gunicorn sets it
     )
     assert response.status_code == 413
-    assert response.get_json() == {"error": "body larger than 65536 bytes"}
+    assert error_of(response) == ("body over the 65536-byte (64 KiB) limit of an admission "
+                                  "review; Webhooks.max_body_bytes sets it")
+    assert response.get_json()["reason"] == "RequestEntityTooLarge"
 
 
 def test_a_body_shorter_than_its_content_length_is_a_400_that_says_so(
@@ -954,10 +974,9 @@ def test_a_body_shorter_than_its_content_length_is_a_400_that_says_so(
         environ_overrides={"wsgi.input_terminated": True, "CONTENT_LENGTH": "500"},
     )
     assert response.status_code == 400
-    assert response.get_json() == {
-        "error": "the body ended after 19 of the 500 bytes announced: the client closed "
-        "the connection, or did not send the body in time"
-    }
+    assert error_of(response) == (
+        "the body ended after 19 of the 500 bytes announced: the client closed "
+        "the connection, or did not send the body in time")
 
 
 def test_a_conversion_review_has_its_own_larger_limit_as_it_carries_a_whole_list(
@@ -977,7 +996,9 @@ def test_a_conversion_review_has_its_own_larger_limit_as_it_carries_a_whole_list
     small.convert("/convert")(lambda obj, desired: obj)
     response = small.test_client().post("/convert", json=review)
     assert response.status_code == 413
-    assert response.get_json() == {"error": "body larger than 1024 bytes"}
+    assert error_of(response) == (
+        f"body of {len(json.dumps(review))} bytes over the 1024-byte (1 KiB) limit of a "
+        "conversion review; Webhooks.max_conversion_body_bytes sets it")
 
 
 def test_the_default_limits_fit_what_the_api_server_can_send() -> None:
@@ -989,7 +1010,7 @@ def test_the_default_limits_fit_what_the_api_server_can_send() -> None:
 def test_an_unknown_path_is_a_json_404(http: FlaskClient) -> None:
     response = http.post("/nowhere", json={})
     assert response.status_code == 404
-    assert response.get_json()["error"].startswith("Not Found")
+    assert error_of(response).startswith("Not Found")
 
 
 # ---------------------------------------------------------------------- metrics
