@@ -39,6 +39,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from kubernetes.client.exceptions import ApiException
+
 from operator_kit import metrics
 from operator_kit.client.events import EventRecorder
 from operator_kit.client.fencing import FencedApi, Refusal
@@ -81,6 +83,9 @@ class Member:
     write of its reconciles (Events aside) is refused once the fence gives a reason."""
 
     RETRY_CAP = 30.0
+    CREDENTIALS_CHECK = 60.0
+    """Seconds between checks that the member still takes its credentials (a
+    SelfSubjectReview; a 401 sets ``operator_kit_fleet_member_credentials_failing``)."""
 
     def __init__(self, cluster: Cluster, controllers: Sequence[Controller[Any]], *,
                  field_manager: str, may_reconcile: Callable[[], bool],
@@ -104,6 +109,8 @@ class Member:
         self.problem: str | None = "not started yet"
         """Why the member does not run its controllers (None once they run)."""
         self.clean = True
+        self.credentials_problem: str | None = None
+        """Set while the member's API server refuses the kubeconfig's credentials (401)."""
         self._api: Api | None = None
         self._thread = threading.Thread(target=self._run, name=f"fleet-{self.name}",
                                         daemon=True)
@@ -167,13 +174,47 @@ class Member:
             self.problem = None
             log.info("fleet: cluster %s joined: running %s", self.name,
                      ", ".join(r.name for r in self.runners))
-            self.stop.wait()
+            while not self.stop.wait(self.CREDENTIALS_CHECK):
+                self._check_credentials()
         self._shut_down()
+
+    def _check_credentials(self) -> bool:
+        """Whether the member's API server still takes the kubeconfig's credentials (a
+        SelfSubjectReview, which any authenticated user may create): a 401 sets
+        ``operator_kit_fleet_member_credentials_failing{cluster}`` and logs once, until
+        they work again; any other failure (unreachable) says nothing of them."""
+        api = self._api
+        if api is None:
+            return True
+        try:
+            api.request("POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+                        body={"apiVersion": "authentication.k8s.io/v1",
+                              "kind": "SelfSubjectReview"}, timeout=5.0)
+        except ApiException as err:
+            if err.status != 401:
+                return True
+            if self.credentials_problem is None:
+                self.credentials_problem = (
+                    f"the API server of cluster {self.name} refuses the credentials of "
+                    f"{self.cluster.kubeconfig} (401 Unauthorized): its token was revoked, "
+                    "expired or cleaned up; give the provider a new kubeconfig")
+                log.error("fleet: %s", self.credentials_problem)
+            metrics.FLEET_MEMBER_CREDENTIALS_FAILING.labels(self.name).set(1)
+            return False
+        except Exception:  # noqa: BLE001 - unreachable: the watches report that
+            return True
+        if self.credentials_problem is not None:
+            log.info("fleet: cluster %s takes its credentials again", self.name)
+        self.credentials_problem = None
+        metrics.FLEET_MEMBER_CREDENTIALS_FAILING.labels(self.name).set(0)
+        return True
 
     def _build(self) -> None:
         workers = sum(c.max_concurrent_reconciles for c in self.controllers)
         watches = sum(1 + len(c.owns) + len(c.watches) for c in self.controllers)
         self._api = api = Api(self.cluster.api_client(pool_size=max(8, workers + watches + 4)))
+        if not self._check_credentials():
+            raise RuntimeError(str(self.credentials_problem))
         fan_outs = [c for c in self.controllers if isinstance(c, FanOut)]
         hub = {r: a for c in fan_outs for r, a in c.hub_routes().items()}  # fanout.py
         informers = Informers(api, self.stop, stall_timeout=self.watch_stall_timeout,
@@ -265,7 +306,10 @@ class Fleet:
         (`operator_kit.fleet.sharding`). Its own `stop` leaves the operator running.
 
         A provider with a ``bind`` method (`KubeconfigSecrets`) is bound to the
-        operator's Api, and the operator's ``fleet`` is set to the fleet, so that its
+        operator's Api, one with ``bind_operator`` to its name (for Events) and its
+        ``insecure_kubeconfig`` (``--insecure-kubeconfig``: what the kubeconfigs of a
+        source other than the operator's files may carry), and the operator's ``fleet``
+        is set to the fleet, so that its
         manifests grant what the provider reads in the hub (`HubAccess`). A `FanOut`'s
         hub side runs in the operator, its member side on each member."""
         controllers = [c for c in operator.controllers if c.fleet or isinstance(c, FanOut)]
@@ -284,6 +328,9 @@ class Fleet:
         bind = getattr(provider, "bind", None)
         if bind is not None:  # a provider that reads the hub reads it as the operator does
             bind(lambda: operator.api)
+        bind_operator = getattr(provider, "bind_operator", None)
+        if bind_operator is not None:  # its Events, and --insecure-kubeconfig
+            bind_operator(operator.name, lambda: operator.insecure_kubeconfig)
         if operator.sharding is not None:
             options.setdefault("shards", ClusterShards(operator, operator.sharding))
             options.setdefault("may_reconcile", _always)  # each cluster's Lease decides

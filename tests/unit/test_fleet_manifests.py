@@ -168,12 +168,16 @@ def hub_docs(provider: Any) -> list[dict[str, Any]]:
                               image="policy:1")
 
 
+SECRETS_AND_EVENTS = [Rule([""], ["secrets"], ["list", "watch"]).to_dict(),
+                      Rule(["events.k8s.io"], ["events"], ["create", "get", "patch"]).to_dict()]
+
+
 def test_the_hub_reads_the_kubeconfig_secrets_of_one_namespace_with_a_role_there() -> None:
     docs = hub_docs(KubeconfigSecrets(namespace="capi"))
     role = next(d for d in docs if d["kind"] == "Role"
                 and d["metadata"]["name"] == "policy-operator-fleet")
     assert role["metadata"]["namespace"] == "capi"
-    assert role["rules"] == [Rule([""], ["secrets"], ["list", "watch"]).to_dict()]
+    assert role["rules"] == SECRETS_AND_EVENTS
     binding = next(d for d in docs if d["kind"] == "RoleBinding"
                    and d["metadata"]["name"] == "policy-operator-fleet")
     assert binding["metadata"]["namespace"] == "capi"
@@ -183,11 +187,21 @@ def test_the_hub_reads_the_kubeconfig_secrets_of_one_namespace_with_a_role_there
     assert ("", "secrets") not in resources(cluster_role)  # nowhere else
 
 
-def test_every_namespace_is_a_cluster_role_and_files_need_no_hub_rbac() -> None:
-    docs = hub_docs(KubeconfigSecrets())
+def test_several_namespaces_are_a_role_and_binding_in_each_and_no_cluster_role() -> None:
+    docs = hub_docs(KubeconfigSecrets(namespace=["capi-eu", "capi-us"]))
+    fleet = [d for d in docs if d["metadata"]["name"] == "policy-operator-fleet"]
+    assert sorted((d["kind"], d["metadata"]["namespace"]) for d in fleet) == [
+        ("Role", "capi-eu"), ("Role", "capi-us"),
+        ("RoleBinding", "capi-eu"), ("RoleBinding", "capi-us")]
+    assert not any(("", "secrets") in resources(d) for d in docs
+                   if d["kind"] == "ClusterRole")
+
+
+def test_every_namespace_is_a_cluster_role_only_when_asked_and_files_need_no_hub_rbac() -> None:
+    docs = hub_docs(KubeconfigSecrets(all_namespaces=True))
     role = next(d for d in docs if d["kind"] == "ClusterRole"
                 and d["metadata"]["name"] == "policy-operator-fleet")
-    assert role["rules"] == [Rule([""], ["secrets"], ["list", "watch"]).to_dict()]
+    assert role["rules"] == SECRETS_AND_EVENTS
     assert any(d["kind"] == "ClusterRoleBinding"
                and d["metadata"]["name"] == "policy-operator-fleet" for d in docs)
     docs = hub_docs(StaticClusters({"eu": "/nowhere/eu.yaml"}))
