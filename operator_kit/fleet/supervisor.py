@@ -295,7 +295,7 @@ class Fleet:
         self._named: frozenset[str] | None = None  # the provider's last answer
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        self._reported: str | None = None
+        self._reported: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, operator: Operator, provider: ClusterProvider, **options: Any) -> Fleet:
@@ -376,10 +376,10 @@ class Fleet:
         try:
             wanted = self.provider.clusters()
         except Exception as err:  # noqa: BLE001 - the provider is asked again next second
-            self._report(f"fleet {self.name}: the cluster provider failed: "
-                         f"{error_message(err)}; the members stay as they are")
+            self._report([f"fleet {self.name}: the cluster provider failed: "
+                          f"{error_message(err)}; the members stay as they are"])
             return Changes()
-        self._report("; ".join(getattr(self.provider, "problems", ())) or None)
+        self._report(list(getattr(self.provider, "problems", ())))
         with self._lock:
             self._named = frozenset(wanted)
             running = {name: m.cluster for name, m in self._members.items()}
@@ -424,10 +424,12 @@ class Fleet:
             if member.name not in self._members:
                 metrics.forget_cluster(member.name)
 
-    def _report(self, problem: str | None) -> None:
-        if problem and problem != self._reported:
-            log.error("%s", problem)
-        self._reported = problem
+    def _report(self, problems: Sequence[str]) -> None:
+        """Log each problem once, one line each, while it lasts."""
+        for problem in problems:
+            if problem not in self._reported:
+                log.error("%s", problem)
+        self._reported = frozenset(problems)
 
     def _stopped(self) -> bool:
         return self.stopping.is_set() or (self._parent is not None and self._parent.is_set())

@@ -13,7 +13,7 @@ import yaml
 from operator_kit import Action, Context, Controller, CustomResource, Operator
 from operator_kit.api.rbac import Rule
 from operator_kit.fleet import ClusterStatuses, FanOut, Fleet, KubeconfigSecrets, StaticClusters
-from operator_kit.manifests import operator_manifests
+from operator_kit.manifests import fleet_member_manifests, operator_manifests
 from operator_kit.manifests.__main__ import main as manifests_main
 
 
@@ -206,6 +206,19 @@ def test_every_namespace_is_a_cluster_role_only_when_asked_and_files_need_no_hub
                and d["metadata"]["name"] == "policy-operator-fleet" for d in docs)
     docs = hub_docs(StaticClusters({"eu": "/nowhere/eu.yaml"}))
     assert not any(d["metadata"]["name"] == "policy-operator-fleet" for d in docs)
+
+
+def test_the_member_token_is_not_one_the_legacy_token_cleaner_removes() -> None:
+    """Kubernetes' legacy token cleaner removes only the token Secrets a ServiceAccount
+    lists in ``secrets`` (legacy_serviceaccount_token_cleaner.go: hasSecretReference)."""
+    operator = Operator("policy-operator", [PolicyController(), HubController()])
+    docs = fleet_member_manifests(operator, namespace="ops")
+    account = next(d for d in docs if d["kind"] == "ServiceAccount")
+    token = next(d for d in docs if d["kind"] == "Secret")
+    assert token["type"] == "kubernetes.io/service-account-token"
+    assert token["metadata"]["annotations"] == {
+        "kubernetes.io/service-account.name": account["metadata"]["name"]}
+    assert "secrets" not in account
 
 
 def test_fleet_member_documents_can_be_a_kustomize_base(

@@ -5,13 +5,21 @@ tests/cluster/test_fleet.py."""
 from __future__ import annotations
 
 import base64
+import logging
 from typing import Any
 
 import pytest
 import yaml
 
 from operator_kit.api.rbac import Rule
-from operator_kit.fleet import CLUSTER_NAME_LABEL, Cluster, HubAccess, KubeconfigSecrets, plan
+from operator_kit.fleet import (
+    CLUSTER_NAME_LABEL,
+    Cluster,
+    Fleet,
+    HubAccess,
+    KubeconfigSecrets,
+    plan,
+)
 from operator_kit.fleet.secrets import members
 
 TOKEN = "s3cr3t-t0ken-value"
@@ -166,3 +174,25 @@ def test_reading_every_namespace_must_be_asked_for() -> None:
 def test_without_a_hub_the_provider_says_how_to_give_one() -> None:
     with pytest.raises(RuntimeError, match=r"Fleet.of\(operator, provider\)"):
         KubeconfigSecrets(namespace="capi").clusters()
+
+
+def test_the_fleet_logs_each_problem_once_on_a_line_of_its_own(
+        caplog: pytest.LogCaptureFixture) -> None:
+    class Provider:
+        problems = ["Secret c/x-kubeconfig: refused: a", "Secret c/y-kubeconfig: refused: b"]
+
+        def clusters(self) -> dict[str, Cluster]:
+            return {}
+
+    provider = Provider()
+    fleet = Fleet("f", [], provider)
+    with caplog.at_level(logging.ERROR, logger="operator_kit.fleet"):
+        fleet.sync()
+        fleet.sync()  # the same problems: not logged again
+        provider.problems = provider.problems[1:]
+        fleet.sync()
+        provider.problems = ["Secret c/x-kubeconfig: refused: a", *provider.problems]
+        fleet.sync()  # gone, then back: logged again
+    assert [r.getMessage() for r in caplog.records] == [
+        "Secret c/x-kubeconfig: refused: a", "Secret c/y-kubeconfig: refused: b",
+        "Secret c/x-kubeconfig: refused: a"]
