@@ -179,7 +179,7 @@ class KubeconfigSecrets:
         reading = members(objects, qualified=self.namespace is None, key=self.key,
                           known=self._known, allow=self.allowed())
         self._known, self.problems = reading.by_secret, reading.problems
-        self._report(reading.refused)
+        self._report(reading.refused, objects)
         return reading.found
 
     def close(self) -> None:
@@ -218,9 +218,10 @@ class KubeconfigSecrets:
                                                   "resourceVersion", "labels") if k in meta},
                 "data": {self.key: data[self.key]} if self.key in data else {}}
 
-    def _report(self, refused: Mapping[tuple[str, str], Refusal]) -> None:
-        """The refusals in the metric, and a Warning Event on each Secret refused, once
-        per version of it (the cache has its uid and resourceVersion)."""
+    def _report(self, refused: Mapping[tuple[str, str], Refusal],
+                secrets: Iterable[Mapping[str, Any]]) -> None:
+        """The refusals in the metric, and a Warning Event on each Secret refused (of
+        `secrets`, as cached: with its uid and resourceVersion), once per version."""
         counts = dict.fromkeys((*RISKS, "invalid"), 0)
         for refusal in refused.values():
             for reason in refusal.reasons:
@@ -228,7 +229,7 @@ class KubeconfigSecrets:
         for reason, count in counts.items():
             metrics.FLEET_KUBECONFIGS_REFUSED.labels(self._reporter, reason).set(count)
         self._announced = {k: v for k, v in self._announced.items() if k in refused}
-        versions = {_where(o): o for informer in self._informers for o in informer.objects()}
+        versions = {_where(secret): secret for secret in secrets}
         for where, refusal in refused.items():
             secret = versions.get(where)
             meta = (secret or {}).get("metadata") or {}
