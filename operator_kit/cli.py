@@ -33,6 +33,12 @@ managers do, the probes and the metrics on ports of their own:
   no): run the controllers only while this replica holds the Lease, or at once; default:
   as the Operator declares (``leader_election``). ``--leader-elect`` on an Operator that
   declares none elects with `LeaderElection`'s defaults; an Operator that shards needs it.
+- ``--insecure-kubeconfig CATEGORY[,...]`` (``OPERATOR_KIT_INSECURE_KUBECONFIG``),
+  repeatable: what a kubeconfig that does not come from the operator's own files (a
+  fleet's kubeconfig Secret) may carry: ``exec``, ``auth-provider``, ``files``,
+  ``proxy``, ``insecure-tls`` (`operator_kit.client.kubeconfig_risks`); default: none.
+  Whoever may write such a kubeconfig then runs commands in the operator, or reads its
+  files.
 - ``--manifests ...``: print the manifests and exit (the flags of
   ``python -m operator_kit.manifests`` follow it).
 - ``--help``, ``--version``.
@@ -71,6 +77,7 @@ from typing import TYPE_CHECKING, NoReturn
 from operator_kit import logs
 from operator_kit._version import __version__ as kit_version
 from operator_kit.client.kubeconfig import split as kubeconfig_paths
+from operator_kit.client.kubeconfig_risks import RISKS, check_categories
 from operator_kit.election.leader import LeaderElection
 from operator_kit.probes import HttpServer, ProbeApp, metrics_tls
 from operator_kit.settings import (
@@ -155,6 +162,11 @@ def _parser(prog: str, version: str) -> argparse.ArgumentParser:
                         help="run the controllers only while this replica holds the Lease "
                         f"(${ENV['leader_elect']}, a yes or no; default: as the operator "
                         "declares)")
+    parser.add_argument("--insecure-kubeconfig", metavar="CATEGORY[,...]", action="append",
+                        help="allow kubeconfigs not from the operator's files (a fleet's "
+                        f"Secrets) to carry these: {', '.join(RISKS)}; whoever writes them "
+                        f"then runs commands in the operator (${ENV['insecure_kubeconfig']}"
+                        "; default: none)")
     parser.add_argument("--manifests", nargs=argparse.REMAINDER, metavar="...",
                         help="print the operator's manifests (for kubectl apply -f -) and "
                         "exit; what follows are the flags of python -m operator_kit.manifests")
@@ -216,6 +228,7 @@ def parse(argv: list[str], *, prog: str = "operator", version: str = "",
         if not metrics_secure:
             raise UsageError(f"{cert_where} {cert_dir}: only --metrics-secure serves a "
                              "certificate; add --metrics-secure, or drop it")
+    insecure = _insecure_kubeconfig(args.insecure_kubeconfig, env)
     in_pod = bool(env.get("KUBERNETES_SERVICE_HOST"))
     addresses = []
     for name, port in (("health_probe_bind_address", PROBE_PORT),
@@ -229,7 +242,19 @@ def parse(argv: list[str], *, prog: str = "operator", version: str = "",
                     log_format=fmt or "text", log_libraries=libraries,
                     health_probe_bind_address=addresses[0],
                     metrics_bind_address=addresses[1], leader_elect=leader_elect,
-                    metrics_secure=metrics_secure, metrics_cert_dir=cert_dir)
+                    metrics_secure=metrics_secure, metrics_cert_dir=cert_dir,
+                    insecure_kubeconfig=insecure)
+
+
+def _insecure_kubeconfig(flags: list[str] | None, environ: Mapping[str, str]
+                         ) -> tuple[str, ...]:
+    """The categories ``--insecure-kubeconfig`` (or its variable) allows, checked."""
+    where = "--insecure-kubeconfig" if flags else ENV["insecure_kubeconfig"]
+    text = ",".join(flags) if flags else (env_text(ENV["insecure_kubeconfig"], environ) or "")
+    try:
+        return tuple(sorted(check_categories(text.split(","), where)))
+    except ValueError as err:
+        raise UsageError(str(err)) from None
 
 
 # zap's level names that Python's logging calls otherwise (controller-runtime's --zap-*).
@@ -298,7 +323,8 @@ def apply_environment(operator: Operator, settings: Settings | None = None) -> N
         settings = Settings(namespace=names.get("namespace"),
                             watch_namespaces=tuple(listed.split(",")) if listed else (),
                             leader_elect=_env_yes_no(ENV["leader_elect"]),
-                            metrics_secure=env_bool(ENV["metrics_secure"], False))
+                            metrics_secure=env_bool(ENV["metrics_secure"], False),
+                            insecure_kubeconfig=_insecure_kubeconfig(None, os.environ))
     if settings.leader_elect is False and operator.sharding is not None:
         raise UsageError(f"--no-leader-elect ({ENV['leader_elect']}=0): operator "
                          f"{operator.name} shards its objects, and the elected replica "
@@ -307,6 +333,7 @@ def apply_environment(operator: Operator, settings: Settings | None = None) -> N
         operator.leader_election = (operator.leader_election or LeaderElection()
                                     if settings.leader_elect else None)
     operator.metrics_secure = settings.metrics_secure
+    operator.insecure_kubeconfig = frozenset(settings.insecure_kubeconfig)
     if settings.namespace:
         operator.namespace = settings.namespace
     if settings.kubeconfig:

@@ -78,6 +78,7 @@ from typing import Any, NoReturn
 from gunicorn.glogging import Logger
 
 from operator_kit import logs
+from operator_kit.client.kubeconfig_risks import ALLOW_ENV, check_categories
 from operator_kit.settings import (
     LOG_LIBRARIES_ENV,
     UsageError,
@@ -226,6 +227,12 @@ def _check_environment() -> None:
                              "Operator (or Webhooks app) to serve, for example "
                              f"{APP_ENV}=backup_operator:operator")
         env_names()  # the namespaces and renamed objects the worker's Operator takes
+        insecure = env_text(ALLOW_ENV)  # `apply_environment` gives it to the Operator
+        if insecure is not None:
+            try:
+                check_categories(insecure.split(","), ALLOW_ENV)
+            except ValueError as err:
+                raise UsageError(str(err)) from None
         given = [name for name in _CERT_ENV if env_text(name)]
         if given:  # else the defaults, always valid (and certkeeper is not imported)
             from operator_kit.webhooks.certkeeper import Rotation

@@ -215,7 +215,8 @@ def forget_cluster(cluster: str) -> None:
                    CR_RECONCILE_ERRORS, CR_RECONCILE_PANICS, CR_RECONCILE_TIME,
                    CR_RECONCILE_TIMEOUTS, CR_ACTIVE_WORKERS, CR_MAX_CONCURRENT,
                    WORKQUEUE_ADDS, WORKQUEUE_QUEUE_DURATION, WORKQUEUE_WORK_DURATION,
-                   WORKQUEUE_RETRIES, WATCH_RESTARTS, CACHE_OBJECTS):
+                   WORKQUEUE_RETRIES, WATCH_RESTARTS, CACHE_OBJECTS,
+                   FLEET_MEMBER_CREDENTIALS_FAILING):
         family.remove_by_labels({"cluster": cluster})
 
 
@@ -417,6 +418,21 @@ SHARD_DRAINS = Counter(
     "operator_kit_shard_drains_total",
     "Objects this member let go of when the sharder asked (the drain handshake).",
     ["operator"],
+)
+
+# -- fleets (operator_kit.fleet) -------------------------------------------------------
+FLEET_KUBECONFIGS_REFUSED = Gauge(
+    "operator_kit_fleet_kubeconfigs_refused",
+    "Kubeconfigs the fleet's provider refuses now (their clusters do not join), by what "
+    "they carry: exec, auth-provider, files, proxy, insecure-tls; invalid: not a usable "
+    "kubeconfig. One that carries several counts under each.",
+    ["provider", "reason"],
+)
+FLEET_MEMBER_CREDENTIALS_FAILING = Gauge(
+    "operator_kit_fleet_member_credentials_failing",
+    "1 while a fleet member's API server refuses its kubeconfig's credentials (401), "
+    "else 0.",
+    ["cluster"],
 )
 
 # -- webhooks --------------------------------------------------------------------------

@@ -92,6 +92,10 @@ class Operator(WebhookServing):
         """The fleet that runs its fleet controllers, set by `Fleet.of`: it starts and
         stops with the operator, and the manifests grant what its provider reads."""
         self.kubeconfig = kubeconfig
+        self.insecure_kubeconfig: frozenset[str] = frozenset()
+        """What a kubeconfig from a source other than the operator's own files (a fleet
+        provider's Secret) may carry beyond the safe fields: categories of
+        `operator_kit.client.kubeconfig_risks.RISKS`, set by ``--insecure-kubeconfig``."""
         self.shutdown_timeout = shutdown_timeout
         self.watch_stall_timeout = watch_stall_timeout
         self.streaming_lists = streaming_lists  # None: OPERATOR_KIT_STREAMING_LISTS, default on

@@ -59,6 +59,7 @@ ENV = {
     "metrics_secure": "OPERATOR_KIT_METRICS_SECURE",
     "metrics_cert_dir": "OPERATOR_KIT_METRICS_CERT_DIR",
     "leader_elect": "OPERATOR_KIT_LEADER_ELECT",
+    "insecure_kubeconfig": "OPERATOR_KIT_INSECURE_KUBECONFIG",
 }
 # A yes or no: the HTTP and Kubernetes client libraries' DEBUG lines too (`logs.configure`).
 LOG_LIBRARIES_ENV = "OPERATOR_KIT_LOG_LIBRARIES"
@@ -98,6 +99,8 @@ class Settings:
     manifests: list[str] | None = None
     # None: as the Operator declares (its ``leader_election``)
     leader_elect: bool | None = None
+    # what kubeconfigs not from the operator's files may carry (kubeconfig_risks.RISKS)
+    insecure_kubeconfig: tuple[str, ...] = ()
 
 
 def parse_address(text: str, where: str) -> Address | None:

@@ -31,6 +31,7 @@ from kubernetes import client as k8s
 from kubernetes import config as kube_config
 
 from operator_kit.api.rbac import Rule
+from operator_kit.client.kubeconfig_risks import check_foreign
 from operator_kit.client.transport import api_client, keepalive_socket_options
 
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
@@ -49,12 +50,19 @@ class Cluster:
 
     `version` tells two readings of the same kubeconfig apart (the directory provider
     uses its file's modification time and size, the Secrets provider a digest): a
-    changed version makes the cluster rejoin."""
+    changed version makes the cluster rejoin.
+
+    An in-memory `config` does not come from the operator's own files, so it may carry
+    nothing of `operator_kit.client.kubeconfig_risks.RISKS` (exec, auth-provider, file
+    paths, proxy-url, insecure-skip-tls-verify) beyond the categories in `allow`: it is
+    checked before the kubernetes client sees it, as a provider should have checked it
+    before naming the cluster."""
 
     name: str
     kubeconfig: str
     version: str = ""
     config: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    allow: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
     def api_client(self, *, pool_size: int) -> k8s.ApiClient:
         """A new ApiClient that reaches the cluster (its connection pool `pool_size`). An
@@ -62,6 +70,9 @@ class Cluster:
         be used names where it came from, never its credentials."""
         if self.config is None:
             return api_client(self.kubeconfig, pool_size=pool_size)
+        # Before the client loads it: loading runs exec commands and reads files.
+        check_foreign(self.config, f"cluster {self.name}: the kubeconfig of "
+                      f"{self.kubeconfig}", allow=self.allow)
         configuration = k8s.Configuration()
         try:
             # Certificate data goes to private temporary files (mode 0600), as the
@@ -96,11 +107,17 @@ def redact(message: str, config: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class HubAccess:
-    """What a provider reads in the hub cluster: `rules`, in `namespace` (a Role there),
-    or in every namespace (None: a ClusterRole)."""
+    """What a provider reads in the hub cluster: `rules`, in each of `namespaces` (a Role
+    and RoleBinding in each; one name is taken as a tuple of one), or in every namespace
+    (None: a ClusterRole — for Secrets, whoever may create one in any namespace then
+    holds what the provider reads)."""
 
     rules: tuple[Rule, ...]
-    namespace: str | None = None
+    namespaces: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.namespaces, str):
+            object.__setattr__(self, "namespaces", (self.namespaces,))
 
 
 class ClusterProvider(Protocol):

@@ -39,6 +39,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from kubernetes.client.exceptions import ApiException
+
 from operator_kit import metrics
 from operator_kit._stability import experimental
 from operator_kit.client.events import EventRecorder
@@ -82,6 +84,9 @@ class Member:
     write of its reconciles (Events aside) is refused once the fence gives a reason."""
 
     RETRY_CAP = 30.0
+    CREDENTIALS_CHECK = 60.0
+    """Seconds between checks that the member still takes its credentials (a
+    SelfSubjectReview; a 401 sets ``operator_kit_fleet_member_credentials_failing``)."""
 
     def __init__(self, cluster: Cluster, controllers: Sequence[Controller[Any]], *,
                  field_manager: str, may_reconcile: Callable[[], bool],
@@ -105,6 +110,8 @@ class Member:
         self.problem: str | None = "not started yet"
         """Why the member does not run its controllers (None once they run)."""
         self.clean = True
+        self.credentials_problem: str | None = None
+        """Set while the member's API server refuses the kubeconfig's credentials (401)."""
         self._api: Api | None = None
         self._thread = threading.Thread(target=self._run, name=f"fleet-{self.name}",
                                         daemon=True)
@@ -168,13 +175,47 @@ class Member:
             self.problem = None
             log.info("fleet: cluster %s joined: running %s", self.name,
                      ", ".join(r.name for r in self.runners))
-            self.stop.wait()
+            while not self.stop.wait(self.CREDENTIALS_CHECK):
+                self._check_credentials()
         self._shut_down()
+
+    def _check_credentials(self) -> bool:
+        """Whether the member's API server still takes the kubeconfig's credentials (a
+        SelfSubjectReview, which any authenticated user may create): a 401 sets
+        ``operator_kit_fleet_member_credentials_failing{cluster}`` and logs once, until
+        they work again; any other failure (unreachable) says nothing of them."""
+        api = self._api
+        if api is None:
+            return True
+        try:
+            api.request("POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+                        body={"apiVersion": "authentication.k8s.io/v1",
+                              "kind": "SelfSubjectReview"}, timeout=5.0)
+        except ApiException as err:
+            if err.status != 401:
+                return True
+            if self.credentials_problem is None:
+                self.credentials_problem = (
+                    f"the API server of cluster {self.name} refuses the credentials of "
+                    f"{self.cluster.kubeconfig} (401 Unauthorized): its token was revoked, "
+                    "expired or cleaned up; give the provider a new kubeconfig")
+                log.error("fleet: %s", self.credentials_problem)
+            metrics.FLEET_MEMBER_CREDENTIALS_FAILING.labels(self.name).set(1)
+            return False
+        except Exception:  # noqa: BLE001 - unreachable: the watches report that
+            return True
+        if self.credentials_problem is not None:
+            log.info("fleet: cluster %s takes its credentials again", self.name)
+        self.credentials_problem = None
+        metrics.FLEET_MEMBER_CREDENTIALS_FAILING.labels(self.name).set(0)
+        return True
 
     def _build(self) -> None:
         workers = sum(c.max_concurrent_reconciles for c in self.controllers)
         watches = sum(1 + len(c.owns) + len(c.watches) for c in self.controllers)
         self._api = api = Api(self.cluster.api_client(pool_size=max(8, workers + watches + 4)))
+        if not self._check_credentials():
+            raise RuntimeError(str(self.credentials_problem))
         fan_outs = [c for c in self.controllers if isinstance(c, FanOut)]
         hub = {r: a for c in fan_outs for r, a in c.hub_routes().items()}  # fanout.py
         informers = Informers(api, self.stop, stall_timeout=self.watch_stall_timeout,
@@ -256,7 +297,7 @@ class Fleet:
         self._named: frozenset[str] | None = None  # the provider's last answer
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        self._reported: str | None = None
+        self._reported: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, operator: Operator, provider: ClusterProvider, **options: Any) -> Fleet:
@@ -267,7 +308,10 @@ class Fleet:
         (`operator_kit.fleet.sharding`). Its own `stop` leaves the operator running.
 
         A provider with a ``bind`` method (`KubeconfigSecrets`) is bound to the
-        operator's Api, and the operator's ``fleet`` is set to the fleet, so that its
+        operator's Api, one with ``bind_operator`` to its name (for Events) and its
+        ``insecure_kubeconfig`` (``--insecure-kubeconfig``: what the kubeconfigs of a
+        source other than the operator's files may carry), and the operator's ``fleet``
+        is set to the fleet, so that its
         manifests grant what the provider reads in the hub (`HubAccess`). A `FanOut`'s
         hub side runs in the operator, its member side on each member."""
         experimental("operator_kit.fleet")
@@ -287,6 +331,9 @@ class Fleet:
         bind = getattr(provider, "bind", None)
         if bind is not None:  # a provider that reads the hub reads it as the operator does
             bind(lambda: operator.api)
+        bind_operator = getattr(provider, "bind_operator", None)
+        if bind_operator is not None:  # its Events, and --insecure-kubeconfig
+            bind_operator(operator.name, lambda: operator.insecure_kubeconfig)
         if operator.sharding is not None:
             options.setdefault("shards", ClusterShards(operator, operator.sharding))
             options.setdefault("may_reconcile", _always)  # each cluster's Lease decides
@@ -332,10 +379,10 @@ class Fleet:
         try:
             wanted = self.provider.clusters()
         except Exception as err:  # noqa: BLE001 - the provider is asked again next second
-            self._report(f"fleet {self.name}: the cluster provider failed: "
-                         f"{error_message(err)}; the members stay as they are")
+            self._report([f"fleet {self.name}: the cluster provider failed: "
+                          f"{error_message(err)}; the members stay as they are"])
             return Changes()
-        self._report("; ".join(getattr(self.provider, "problems", ())) or None)
+        self._report(list(getattr(self.provider, "problems", ())))
         with self._lock:
             self._named = frozenset(wanted)
             running = {name: m.cluster for name, m in self._members.items()}
@@ -380,10 +427,12 @@ class Fleet:
             if member.name not in self._members:
                 metrics.forget_cluster(member.name)
 
-    def _report(self, problem: str | None) -> None:
-        if problem and problem != self._reported:
-            log.error("%s", problem)
-        self._reported = problem
+    def _report(self, problems: Sequence[str]) -> None:
+        """Log each problem once, one line each, while it lasts."""
+        for problem in problems:
+            if problem not in self._reported:
+                log.error("%s", problem)
+        self._reported = frozenset(problems)
 
     def _stopped(self) -> bool:
         return self.stopping.is_set() or (self._parent is not None and self._parent.is_set())

@@ -7,8 +7,9 @@ run on the hub. So its RBAC is split:
 - the hub's (`operator_manifests`): `Operator.rules()`, which leaves the fleet
   controllers out, plus `hub_access_documents` — what the fleet's provider reads in the
   hub (`HubAccess`: `KubeconfigSecrets` lists and watches Secrets), as a Role and
-  RoleBinding ``<operator>-fleet`` in the provider's namespace, or a ClusterRole and
-  ClusterRoleBinding of that name when it reads every namespace. `Fleet.of(operator,
+  RoleBinding ``<operator>-fleet`` in each namespace the provider names, or a
+  ClusterRole and ClusterRoleBinding of that name only when it was asked to read every
+  namespace (``KubeconfigSecrets(all_namespaces=True)``). `Fleet.of(operator,
   provider)` tells the operator its fleet; an operator without one gets nothing here.
 - each member's (`fleet_member_manifests`, ``python -m operator_kit.manifests APP
   --fleet-member``): the Namespace, the CRDs of the kinds the fleet controllers
@@ -40,9 +41,11 @@ RBAC_API = "rbac.authorization.k8s.io/v1"
 
 
 def hub_access_documents(operator: Operator, namespace: str) -> list[dict[str, Any]]:
-    """The Role (or ClusterRole) and binding ``<operator>-fleet`` that let the operator's
-    ServiceAccount (in `namespace`) read what its fleet's provider reads in the hub;
-    nothing without a fleet, or when the provider reads nothing there."""
+    """The Role and RoleBinding ``<operator>-fleet`` in each namespace the fleet's
+    provider reads in the hub (or one ClusterRole and ClusterRoleBinding of that name,
+    when it reads every namespace) that let the operator's ServiceAccount (in
+    `namespace`) read what it reads there; nothing without a fleet, or when the provider
+    reads nothing there."""
     if operator.fleet is None:
         return []
     access = getattr(operator.fleet.provider, "hub_access", None)
@@ -50,17 +53,24 @@ def hub_access_documents(operator: Operator, namespace: str) -> list[dict[str, A
     if granted is None or not granted.rules:
         return []
     name = f"{operator.name}-fleet"
-    cluster_wide = granted.namespace is None
-    role = "ClusterRole" if cluster_wide else "Role"
-    where = {} if cluster_wide else {"namespace": granted.namespace}
-    return [
-        {"apiVersion": RBAC_API, "kind": role, "metadata": {"name": name, **where},
-         "rules": [rule.to_dict() for rule in merge_rules(granted.rules)]},
-        {"apiVersion": RBAC_API, "kind": f"{role}Binding", "metadata": {"name": name, **where},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role, "name": name},
-         "subjects": [{"kind": "ServiceAccount", "name": operator.name,
-                       "namespace": namespace}]},
-    ]
+    rules = [rule.to_dict() for rule in merge_rules(granted.rules)]
+    subjects = [{"kind": "ServiceAccount", "name": operator.name, "namespace": namespace}]
+    places: list[str | None] = ([None] if granted.namespaces is None
+                                else list(dict.fromkeys(granted.namespaces)))
+    docs: list[dict[str, Any]] = []
+    for place in places:  # None: every namespace, a ClusterRole
+        role = "ClusterRole" if place is None else "Role"
+        where = {} if place is None else {"namespace": place}
+        docs += [
+            {"apiVersion": RBAC_API, "kind": role, "metadata": {"name": name, **where},
+             "rules": rules},
+            {"apiVersion": RBAC_API, "kind": f"{role}Binding",
+             "metadata": {"name": name, **where},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role,
+                         "name": name},
+             "subjects": subjects},
+        ]
+    return docs
 
 
 def fleet_member_manifests(operator: Operator, *, namespace: str,

@@ -160,6 +160,25 @@ def test_each_environment_variable_is_read_and_a_flag_wins_over_it(kubeconfig: P
     assert parse(["--namespace", "mine"], environ=environ).namespace == "mine"
 
 
+def test_insecure_kubeconfig_categories_come_from_the_flag_or_else_the_variable() -> None:
+    assert parse([], environ={}).insecure_kubeconfig == ()
+    environ = {"OPERATOR_KIT_INSECURE_KUBECONFIG": "proxy, insecure-tls"}
+    assert parse([], environ=environ).insecure_kubeconfig == ("insecure-tls", "proxy")
+    assert parse(["--insecure-kubeconfig", "exec", "--insecure-kubeconfig", "files"],
+                 environ=environ).insecure_kubeconfig == ("exec", "files")
+
+
+def test_apply_environment_gives_the_operator_the_insecure_kubeconfig_categories(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    operator = Operator("op", [ThingController()])
+    assert operator.insecure_kubeconfig == frozenset()
+    cli.apply_environment(operator, Settings(insecure_kubeconfig=("exec",)))
+    assert operator.insecure_kubeconfig == {"exec"}
+    monkeypatch.setenv("OPERATOR_KIT_INSECURE_KUBECONFIG", "files")  # as under gunicorn
+    cli.apply_environment(operator)
+    assert operator.insecure_kubeconfig == {"files"}
+
+
 def test_zero_turns_a_server_off() -> None:
     settings = parse(["--health-probe-bind-address", "0", "--metrics-bind-address", "0"],
                      environ={})
@@ -232,6 +251,11 @@ def test_manifests_takes_every_flag_after_it() -> None:
      "name; use at most 253 lowercase letters"),
     ([], {"OPERATOR_KIT_MUTATING_WEBHOOK_CONFIGURATION": "a..b"},
      "OPERATOR_KIT_MUTATING_WEBHOOK_CONFIGURATION='a..b': not a webhook configuration name"),
+    (["--insecure-kubeconfig", "exec,everything"], {}, "--insecure-kubeconfig: 'everything' "
+     "is not a kind of kubeconfig content to allow; use any of exec, auth-provider, files, "
+     "proxy, insecure-tls"),
+    ([], {"OPERATOR_KIT_INSECURE_KUBECONFIG": "tls"}, "OPERATOR_KIT_INSECURE_KUBECONFIG: "
+     "'tls' is not a kind of kubeconfig content to allow"),
 ])
 def test_bad_input_is_a_usage_error_naming_the_problem_and_the_fix(
         argv: list[str], environ: dict[str, str], message: str) -> None:
@@ -260,7 +284,7 @@ def test_help_lists_every_flag_and_exits_0(capsys: pytest.CaptureFixture[str]) -
                  "--log-level", "--log-format", "--health-probe-bind-address",
                  "--metrics-bind-address", "--leader-elect", "--no-leader-elect",
                  "--metrics-secure", "--no-metrics-secure", "--metrics-cert-dir",
-                 "--manifests", "--zap-log-level", "--zap-encoder"):
+                 "--insecure-kubeconfig", "--manifests", "--zap-log-level", "--zap-encoder"):
         assert flag in out
 
 

@@ -13,7 +13,7 @@ import yaml
 from operator_kit import Action, Context, Controller, CustomResource, Operator
 from operator_kit.api.rbac import Rule
 from operator_kit.fleet import ClusterStatuses, FanOut, Fleet, KubeconfigSecrets, StaticClusters
-from operator_kit.manifests import operator_manifests
+from operator_kit.manifests import fleet_member_manifests, operator_manifests
 from operator_kit.manifests.__main__ import main as manifests_main
 
 
@@ -168,12 +168,16 @@ def hub_docs(provider: Any) -> list[dict[str, Any]]:
                               image="policy:1")
 
 
+SECRETS_AND_EVENTS = [Rule([""], ["secrets"], ["list", "watch"]).to_dict(),
+                      Rule(["events.k8s.io"], ["events"], ["create", "get", "patch"]).to_dict()]
+
+
 def test_the_hub_reads_the_kubeconfig_secrets_of_one_namespace_with_a_role_there() -> None:
     docs = hub_docs(KubeconfigSecrets(namespace="capi"))
     role = next(d for d in docs if d["kind"] == "Role"
                 and d["metadata"]["name"] == "policy-operator-fleet")
     assert role["metadata"]["namespace"] == "capi"
-    assert role["rules"] == [Rule([""], ["secrets"], ["list", "watch"]).to_dict()]
+    assert role["rules"] == SECRETS_AND_EVENTS
     binding = next(d for d in docs if d["kind"] == "RoleBinding"
                    and d["metadata"]["name"] == "policy-operator-fleet")
     assert binding["metadata"]["namespace"] == "capi"
@@ -183,15 +187,38 @@ def test_the_hub_reads_the_kubeconfig_secrets_of_one_namespace_with_a_role_there
     assert ("", "secrets") not in resources(cluster_role)  # nowhere else
 
 
-def test_every_namespace_is_a_cluster_role_and_files_need_no_hub_rbac() -> None:
-    docs = hub_docs(KubeconfigSecrets())
+def test_several_namespaces_are_a_role_and_binding_in_each_and_no_cluster_role() -> None:
+    docs = hub_docs(KubeconfigSecrets(namespace=["capi-eu", "capi-us"]))
+    fleet = [d for d in docs if d["metadata"]["name"] == "policy-operator-fleet"]
+    assert sorted((d["kind"], d["metadata"]["namespace"]) for d in fleet) == [
+        ("Role", "capi-eu"), ("Role", "capi-us"),
+        ("RoleBinding", "capi-eu"), ("RoleBinding", "capi-us")]
+    assert not any(("", "secrets") in resources(d) for d in docs
+                   if d["kind"] == "ClusterRole")
+
+
+def test_every_namespace_is_a_cluster_role_only_when_asked_and_files_need_no_hub_rbac() -> None:
+    docs = hub_docs(KubeconfigSecrets(all_namespaces=True))
     role = next(d for d in docs if d["kind"] == "ClusterRole"
                 and d["metadata"]["name"] == "policy-operator-fleet")
-    assert role["rules"] == [Rule([""], ["secrets"], ["list", "watch"]).to_dict()]
+    assert role["rules"] == SECRETS_AND_EVENTS
     assert any(d["kind"] == "ClusterRoleBinding"
                and d["metadata"]["name"] == "policy-operator-fleet" for d in docs)
     docs = hub_docs(StaticClusters({"eu": "/nowhere/eu.yaml"}))
     assert not any(d["metadata"]["name"] == "policy-operator-fleet" for d in docs)
+
+
+def test_the_member_token_is_not_one_the_legacy_token_cleaner_removes() -> None:
+    """Kubernetes' legacy token cleaner removes only the token Secrets a ServiceAccount
+    lists in ``secrets`` (legacy_serviceaccount_token_cleaner.go: hasSecretReference)."""
+    operator = Operator("policy-operator", [PolicyController(), HubController()])
+    docs = fleet_member_manifests(operator, namespace="ops")
+    account = next(d for d in docs if d["kind"] == "ServiceAccount")
+    token = next(d for d in docs if d["kind"] == "Secret")
+    assert token["type"] == "kubernetes.io/service-account-token"
+    assert token["metadata"]["annotations"] == {
+        "kubernetes.io/service-account.name": account["metadata"]["name"]}
+    assert "secrets" not in account
 
 
 def test_fleet_member_documents_can_be_a_kustomize_base(

@@ -268,6 +268,8 @@ GUNICORN_CASES = [
      "OPERATOR_KIT_VALIDATING_WEBHOOK_CONFIGURATION='A_B': not a webhook configuration name"),
     ("OPERATOR_KIT_MUTATING_WEBHOOK_CONFIGURATION", "a..b",
      "OPERATOR_KIT_MUTATING_WEBHOOK_CONFIGURATION='a..b': not a webhook configuration name"),
+    ("OPERATOR_KIT_INSECURE_KUBECONFIG", "exec,all", "OPERATOR_KIT_INSECURE_KUBECONFIG: "
+     "'all' is not a kind of kubeconfig content to allow"),
     ("OPERATOR_KIT_CERT_LIFETIME", "soon", "OPERATOR_KIT_CERT_LIFETIME must be a positive "
      "duration"),
     ("OPERATOR_KIT_CERT_POLL_INTERVAL", "0", "OPERATOR_KIT_CERT_POLL_INTERVAL must be a "
