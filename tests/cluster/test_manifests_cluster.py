@@ -21,6 +21,7 @@ from operator_kit.manifests._deploy import operator_manifests
 from operator_kit.manifests._guard import INSTALLATION_LABEL
 from operator_kit.testing import Namespace, TestCluster, eventually
 from operator_kit.testing.deploy import LocalDeployment
+from tests.cluster.test_guard import json_patch
 
 SAMPLE_DIR = str(Path(__file__).resolve().parents[2] / "samples" / "backup")
 
@@ -162,7 +163,7 @@ def test_operator_runs_under_a_kustomize_name_prefix(cluster: TestCluster,
         identity = f"system:serviceaccount:{namespace.name}:dev-backup-operator"
         renamed = "/apis/admissionregistration.k8s.io/v1/{}webhookconfigurations/" \
             "dev-backup-operator"
-        refusal = eventually(30, lambda: dry_run_patch(
+        refusal = eventually(30, lambda: json_patch(
             account, renamed.format("validating"),
             {"op": "replace", "path": "/webhooks/0/failurePolicy", "value": "Ignore"}),
             message="the self-protection policy enforced on the renamed objects")
@@ -170,7 +171,7 @@ def test_operator_runs_under_a_kustomize_name_prefix(cluster: TestCluster,
         for path in (renamed.format("mutating"),
                      "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
                      "backups.example.com"):
-            assert dry_run_patch(account, path, {
+            assert json_patch(account, path, {
                 "op": "add", "path": "/metadata/finalizers", "value": ["x.example.com/y"]}), \
                 path
         binding = cluster.api.get("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/"
@@ -227,17 +228,6 @@ def test_operator_runs_under_a_kustomize_name_prefix(cluster: TestCluster,
         deployment.delete()
 
 
-def dry_run_patch(api: Api, path: str, *ops: dict[str, Any]) -> str | None:
-    """A dry-run JSON patch: None if admitted, else the API server's refusal (403)."""
-    try:
-        api.request("PATCH", path, body=list(ops), query={"dryRun": "All"},
-                    content_type="application/json-patch+json")
-    except ApiException as err:
-        assert err.status == 403, err
-        return str(err.body)
-    return None
-
-
 def assert_policies_follow(docs: list[dict[str, Any]], namespace: str, account: str) -> None:
     """The kustomized policies guard the renamed objects and bind to ServiceAccount
     `namespace`/`account`, and the cluster-scoped documents say which namespace they
@@ -284,7 +274,7 @@ def test_a_prefix_suffix_and_namespace_overlay_keeps_every_policy_on_the_renamed
     try:
         account = Api(api_client(str(installed.kubeconfig())))
         hooks = f"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{name}"
-        refusal = eventually(30, lambda: dry_run_patch(account, hooks, {
+        refusal = eventually(30, lambda: json_patch(account, hooks, {
             "op": "add", "path": "/metadata/ownerReferences", "value": [{
                 "apiVersion": "v1", "kind": "Namespace", "name": "gone",
                 "uid": "6f1e8c57-0000-4000-8000-000000000000"}]}),
@@ -292,7 +282,7 @@ def test_a_prefix_suffix_and_namespace_overlay_keeps_every_policy_on_the_renamed
         assert f"system:serviceaccount:{namespace.name}:{name} may change only" in refusal
         # The operator's own patch (as `patch_bundle` makes it) is admitted.
         current = cluster.api.get(hooks)
-        assert dry_run_patch(account, hooks, {
+        assert json_patch(account, hooks, {
             "op": "test", "path": "/metadata/resourceVersion",
             "value": current["metadata"]["resourceVersion"]}, {
             "op": "add", "path": "/webhooks/0/clientConfig/caBundle", "value": "Y2E="}) is None
