@@ -53,9 +53,11 @@ the old member dies mid-drain the sharder reassigns directly once its Lease expi
 which is after that member's renew deadline, so it can no longer start a reconcile.
 
 **Only the operator moves the label.** The generated manifests carry an admission policy
-(``<operator>-shard-labels-<namespace>``) that refuses a change of either label by anyone
-but the operator's ServiceAccount: a label edited by hand would give an object to a
-second member while the first still reconciles it.
+(``<operator>-shard-labels-<namespace>``) that refuses a change of either label, and an
+object created with the assignment label, by anyone but the operator's ServiceAccount
+(exactly ``system:serviceaccount:<namespace>:<operator>``, not a same-named account
+elsewhere): a label edited by hand would give an object to a second member while the
+first still reconciles it.
 
 **The rule: no object is reconciled by two members at once.** An object goes to a new
 member only when nobody holds it: either the old member let go itself (after its last

@@ -27,7 +27,8 @@
 6. the admission policies that guard the installation (`_guard`): its ServiceAccount may
    change only caBundles, a second installation cannot re-point the cluster-scoped
    documents (each carries ``operator-kit.io/installation: <namespace>``), and only the
-   operator moves shard labels.
+   operator sets or moves shard labels; the policies name the ServiceAccount exactly
+   (their parameter, ``system:serviceaccount:<namespace>:<name>``).
 
 An operator that registers no webhooks gets no Service, no webhook configurations and
 no certificate: its Deployment runs the operator's own command line

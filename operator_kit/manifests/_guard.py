@@ -5,11 +5,15 @@ ValidatingAdmissionPolicies (evaluated by the API server itself, in process: no 
 to be down) close what RBAC leaves open:
 
 - **self-protection** (``<operator>-self-protection-<namespace>``): the operator's
-  ServiceAccount may patch its webhook configurations and converted CRDs (to keep their
-  caBundle), and
-  nothing else of them — not a webhook's failurePolicy, rules, selectors, timeout or
-  Service, not a CRD's schema, names or conversion. Whoever takes over the pod cannot
-  switch validation off cluster-wide.
+  ServiceAccount may patch its webhook configurations and converted CRDs to keep their
+  caBundles, and nothing else of them: every other field must stay as it was, compared
+  key by key over the whole object (`_same_except`), so a field Kubernetes adds later is
+  covered too. Not a webhook's failurePolicy, rules, selectors, timeout or Service, not a
+  CRD's schema, names or conversion, and not their metadata: an ownerReference (the
+  garbage collector would delete the object: a CRD with every custom resource it
+  serves), a finalizer (an uninstall would hang), labels or annotations. Only what the
+  API server itself changes on every write is left out of the comparison
+  (``managedFields``, ``resourceVersion``, ``generation``).
 - **the first installation** (``<operator>-installation-<namespace>``): the cluster-scoped
   documents (ClusterRole and its binding, webhook configurations, CRDs) may not be
   re-pointed at another namespace by anyone: applying a second installation's stream
@@ -20,20 +24,30 @@ to be down) close what RBAC leaves open:
   the conversion Service, the ``operator-kit.io/installation`` label), so the policy
   stays right under a kustomize overlay that changes the namespace.
 - **shard labels** (``<operator>-shard-labels-<namespace>``, when the operator shards):
-  the labels that say which replica reconciles an object are changed only by the operator's
-  ServiceAccount. A label moved by hand would hand an object to a second member while
-  the first still reconciles it; the sharder's drain handshake is the only way an
-  object moves.
+  the labels that say which replica reconciles an object are set and changed only by the
+  operator's ServiceAccount, on CREATE as on UPDATE. A label moved by hand would hand an
+  object to a second member while the first still reconciles it, and an object created
+  with a member's label skips the sharder; the drain handshake is the only way an object
+  moves.
+
+**Identities are exact.** The operator's ServiceAccount is the *parameter* of the
+policies that name it (``paramKind: ServiceAccount``; the binding's ``paramRef`` names
+it, in the installation's namespace), and the CEL compares the request's user with
+``system:serviceaccount:<its namespace>:<its name>`` as read from that object: a
+ServiceAccount of the same name in a tenant's namespace is somebody else. A kustomize
+overlay's ``namePrefix``, ``nameSuffix`` and ``namespace`` rewrite the ServiceAccount
+and the ``paramRef`` together (`operator_kit.manifests._kustomize`), so the policies name
+the renamed account; a Helm chart renders the ``paramRef`` with its namespace value. A
+binding whose ServiceAccount does not exist refuses what it matches
+(``parameterNotFoundAction: Deny``) rather than guard nothing.
 
 Each policy is named after the installation's namespace, so a second installation's
 stream adds its own (the same rules) instead of rewriting the first one's: policies are
-not themselves subject to admission. The ServiceAccount is matched by name in any
-namespace (``system:serviceaccount:*:<name>``): a kustomize overlay that moves the
-installation keeps its guard, and for self-protection matching more accounts only
-restricts more.
+not themselves subject to admission.
 
-What is left open: a webhook field Kubernetes adds after these (self-protection compares
-the fields it knows, `_HOOK_FIELDS`); an administrator who deletes the policies.
+What is left open: ``metadata.managedFields`` of the guarded objects (the API server
+rewrites it on every patch, the operator's own included; it records who wrote which
+field and changes no behaviour); an administrator who deletes the policies.
 """
 
 from __future__ import annotations
@@ -48,25 +62,27 @@ INSTALLATION_LABEL = "operator-kit.io/installation"
 
 _POLICY_API = "admissionregistration.k8s.io/v1"
 _HOOKS = ("validatingwebhookconfigurations", "mutatingwebhookconfigurations")
-# The fields of a webhook besides its caBundle (ValidatingWebhook and MutatingWebhook, v1).
-_HOOK_FIELDS = ("rules", "failurePolicy", "matchPolicy", "namespaceSelector",
-                "objectSelector", "sideEffects", "timeoutSeconds", "admissionReviewVersions",
-                "matchConditions", "reinvocationPolicy")
-_CRD_FIELDS = ("group", "names", "scope", "versions", "?preserveUnknownFields",
-               "?conversion.?strategy", "?conversion.?webhook.?conversionReviewVersions",
-               "?conversion.?webhook.?clientConfig.?service",
-               "?conversion.?webhook.?clientConfig.?url")
+
+# A tree of the keys that may differ (None) or are compared the same way below them.
+Tree = dict[str, "Tree | None"]
+# What the API server itself changes on every write: not compared.
+_SERVER_KEPT: Tree = {"managedFields": None, "resourceVersion": None, "generation": None}
+_HOOK_CONFIGURATION: Tree = {"metadata": _SERVER_KEPT, "webhooks": None}
+_WEBHOOK: Tree = {"clientConfig": {"caBundle": None}}
+_CRD: Tree = {"metadata": _SERVER_KEPT,
+              "spec": {"conversion": {"webhook": {"clientConfig": {"caBundle": None}}}}}
+
+# The operator's ServiceAccount, as the policies that name it read it (their parameter).
+_ACCOUNT = "'system:serviceaccount:' + params.metadata.namespace + ':' + params.metadata.name"
+_IS_OPERATOR = f"request.userInfo.username == {_ACCOUNT}"
 
 
-def _is_account(name: str) -> str:
-    return (f"request.userInfo.username.startsWith('system:serviceaccount:') && "
-            f"request.userInfo.username.endsWith(':{name}')")
-
-
-def _rule(group: str, resource: str, names: Sequence[str] = ()) -> dict[str, Any]:
-    """Updates of `resource` (only those named `names`, when given)."""
+def _rule(group: str, resource: str, names: Sequence[str] = (),
+          operations: Sequence[str] = ("UPDATE",)) -> dict[str, Any]:
+    """`operations` (default: updates) of `resource` (only those named `names`, when
+    given)."""
     rule: dict[str, Any] = {"apiGroups": [group], "apiVersions": ["*"],
-                            "resources": [resource], "operations": ["UPDATE"]}
+                            "resources": [resource], "operations": list(operations)}
     if names:
         rule["resourceNames"] = sorted(names)
     return rule
@@ -84,53 +100,88 @@ def _admission_rules(validating: Sequence[str], mutating: Sequence[str],
 
 def _policy(name: str, rules: list[dict[str, Any]], validations: list[dict[str, Any]], *,
             variables: Sequence[dict[str, str]] = (), conditions: Sequence[dict[str, str]] = (),
-            object_selector: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+            object_selector: dict[str, Any] | None = None,
+            account: tuple[str, str] | None = None) -> list[dict[str, Any]]:
+    """A policy and its binding; with `account` ((namespace, name) of a ServiceAccount),
+    that account is the policy's parameter (``params`` in its CEL)."""
     constraints: dict[str, Any] = {"resourceRules": rules}
     if object_selector:
         constraints["objectSelector"] = object_selector
-    spec: dict[str, Any] = {"failurePolicy": "Fail", "matchConstraints": constraints}
+    spec: dict[str, Any] = {"failurePolicy": "Fail"}
+    if account:
+        spec["paramKind"] = {"apiVersion": "v1", "kind": "ServiceAccount"}
+    spec["matchConstraints"] = constraints
     if conditions:
         spec["matchConditions"] = list(conditions)
     if variables:
         spec["variables"] = list(variables)
     spec["validations"] = validations
+    binding: dict[str, Any] = {"policyName": name}
+    if account:
+        binding["paramRef"] = {"name": account[1], "namespace": account[0],
+                               "parameterNotFoundAction": "Deny"}
+    binding["validationActions"] = ["Deny"]
     return [{"apiVersion": _POLICY_API, "kind": "ValidatingAdmissionPolicy",
              "metadata": {"name": name}, "spec": spec},
             {"apiVersion": _POLICY_API, "kind": "ValidatingAdmissionPolicyBinding",
-             "metadata": {"name": name},
-             "spec": {"policyName": name, "validationActions": ["Deny"]}}]
+             "metadata": {"name": name}, "spec": binding}]
+
+
+def _same_except(new: str, old: str, tree: Tree) -> str:
+    """CEL: the maps `new` and `old` hold the same keys with the same values, except
+    the keys of `tree`: those it maps to None may differ (or be added, or removed), and
+    below the others the same holds, by their own tree (both present, or both absent)."""
+    skipped = "[" + ", ".join(f"'{key}'" for key in tree) + "]"
+    parts = [f"dyn({new}).all(k, k in {skipped} || "
+             f"(k in dyn({old}) && dyn({new})[k] == dyn({old})[k]))",
+             f"dyn({old}).all(k, k in {skipped} || k in dyn({new}))"]
+    for key, below in tree.items():
+        if below is not None:
+            parts.append(f"{new}.?{key}.hasValue() == {old}.?{key}.hasValue()")
+            parts.append(f"(!{new}.?{key}.hasValue() || "
+                         f"({_same_except(f'{new}.{key}', f'{old}.{key}', below)}))")
+    return " && ".join(parts)
 
 
 def _same_hooks() -> str:
-    fields = " && ".join(f"o.?{field} == w.?{field}" for field in _HOOK_FIELDS)
-    return ("object.?webhooks.orValue([]).size() == oldObject.?webhooks.orValue([]).size() && "
-            "object.?webhooks.orValue([]).all(w, oldObject.?webhooks.orValue([]).exists(o, "
-            "o.name == w.name && o.clientConfig.?url == w.clientConfig.?url && "
-            f"o.clientConfig.?service == w.clientConfig.?service && {fields}))")
+    """CEL: the webhook configuration is as it was but for its webhooks' caBundles."""
+    new, old = "object.?webhooks.orValue([])", "oldObject.?webhooks.orValue([])"
+    return (f"{_same_except('object', 'oldObject', _HOOK_CONFIGURATION)} && "
+            f"{new}.map(w, w.name) == {old}.map(w, w.name) && "
+            f"{new}.all(w, {old}.exists(o, o.name == w.name && "
+            f"{_same_except('w', 'o', _WEBHOOK)}))")
 
 
 def _same_crd() -> str:
-    return " && ".join(f"object.spec.{field} == oldObject.spec.{field}" for field in _CRD_FIELDS)
+    """CEL: the CRD is as it was but for its conversion webhook's caBundle."""
+    return _same_except("object", "oldObject", _CRD)
 
 
 def self_protection(operator: str, namespace: str, account: str, *, validating: Sequence[str],
                     mutating: Sequence[str], crds: Sequence[str]) -> list[dict[str, Any]]:
-    """The policy that lets `account` change only the caBundles of these objects."""
+    """The policy that lets ServiceAccount `namespace`/`account` change only the caBundles
+    of these objects."""
     rules = _admission_rules(validating, mutating, crds)
     if not rules:
         return []
-    why = (f"the ServiceAccount of {operator} may change only the caBundle of its webhook "
-           "configurations and CRDs (self-protection policy "
-           f"{operator}-self-protection-{namespace}); make other changes as an administrator: "
-           "python -m operator_kit.manifests ... | kubectl apply -f -")
+    why = (f"' may change only the caBundle of its webhook configurations and CRDs, "
+           f"nothing else of them: not their webhooks, schema, conversion, ownerReferences, "
+           f"finalizers, labels or annotations (the self-protection admission policy of "
+           f"{operator}); make other changes as an administrator: python -m "
+           f"operator_kit.manifests ... | kubectl apply -f -'")
     return _policy(f"{operator}-self-protection-{namespace}", rules, [
         {"expression": "request.resource.resource == 'customresourcedefinitions' || ("
                        + _same_hooks() + ")",
-         "message": "webhook configuration: " + why, "reason": "Forbidden"},
+         "messageExpression": f"'webhook configuration ' + oldObject.metadata.name + ': "
+                              f"the ServiceAccount ' + {_ACCOUNT} + {why}",
+         "reason": "Forbidden"},
         {"expression": "request.resource.resource != 'customresourcedefinitions' || ("
                        + _same_crd() + ")",
-         "message": "CustomResourceDefinition: " + why, "reason": "Forbidden"},
-    ], conditions=[{"name": "operator-service-account", "expression": _is_account(account)}])
+         "messageExpression": f"'CustomResourceDefinition ' + oldObject.metadata.name + ': "
+                              f"the ServiceAccount ' + {_ACCOUNT} + {why}",
+         "reason": "Forbidden"},
+    ], conditions=[{"name": "operator-service-account", "expression": _IS_OPERATOR}],
+        account=(namespace, account))
 
 
 def _refs(obj: str) -> str:
@@ -183,20 +234,29 @@ def installation(operator: str, namespace: str, app: str, *, cluster_role: str,
 
 def shard_labels(operator: str, namespace: str, account: str, labels: Sequence[str],
                  resources: Iterable[tuple[str, str]]) -> list[dict[str, Any]]:
-    """The policy that lets only `account` change the assignment `labels` of objects of
-    `resources` ((group, plural) each)."""
-    rules = [_rule(group, resource) for group, resource in sorted(set(resources))]
+    """The policy that lets only ServiceAccount `namespace`/`account` set or change the
+    assignment `labels` of objects of `resources` ((group, plural) each): an object
+    created with the assignment label by anyone else is refused too."""
+    rules = [_rule(group, resource, operations=("CREATE", "UPDATE"))
+             for group, resource in sorted(set(resources))]
     same = " && ".join(f"object.metadata.?labels[?'{label}'] == "
                        f"oldObject.metadata.?labels[?'{label}']" for label in labels)
+    why = (f"says which replica of {operator} reconciles this object, and only the operator "
+           f"(its ServiceAccount ' + {_ACCOUNT} + ') may set or change it: ")
+    created = (f"'the label {labels[0]}=' + object.metadata.labels['{labels[0]}'] + ' {why}"
+               "an object created with it would skip the sharder of the operator. Create "
+               f"the object without the labels {' and '.join(labels)} (the operator assigns it "
+               "a replica itself)'")
+    updated = (f"'the label {labels[0]} {why}an object relabelled by hand could be "
+               "reconciled by two replicas at once. Keep the labels of the operator as they are "
+               "(kubectl apply and server-side apply do; a replace with the labels left out "
+               "does not)'")
     return _policy(f"{operator}-shard-labels-{namespace}", rules, [{
-        "expression": same, "reason": "Forbidden",
-        "message": (f"the label {labels[0]} says which replica of {operator} reconciles this "
-                    "object, and only the operator (its ServiceAccount) may change it: an "
-                    "object relabelled by hand could be reconciled by two replicas at once. "
-                    "Keep the operator's labels as they are (kubectl apply and server-side "
-                    "apply do; a replace with the labels left out does not)")}],
-        conditions=[{"name": "not-the-operator", "expression": f"!({_is_account(account)})"}],
-        object_selector={"matchExpressions": [{"key": labels[0], "operator": "Exists"}]})
+        "expression": f"request.operation == 'UPDATE' && {same}", "reason": "Forbidden",
+        "messageExpression": f"request.operation == 'CREATE' ? {created} : {updated}"}],
+        conditions=[{"name": "not-the-operator", "expression": f"!({_IS_OPERATOR})"}],
+        object_selector={"matchExpressions": [{"key": labels[0], "operator": "Exists"}]},
+        account=(namespace, account))
 
 
 def guard_policies(operator: str, namespace: str, app: str, *, account: str,

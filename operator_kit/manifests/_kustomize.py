@@ -18,13 +18,28 @@ renamed object:
   webhook Service and configurations (`operator_kit.settings.NAME_ENV`), so the running
   operator patches and serves under the new names;
 - the ServiceMonitor's ``serverName`` (``--service-monitor``): the webhook Service's
-  name, which the certificate the operator keeps is issued for too.
+  name, which the certificate the operator keeps is issued for too;
+- the admission policies (`operator_kit.manifests._guard`): the ``resourceNames`` they
+  guard (the webhook configurations, the ClusterRole and its binding) and the
+  ServiceAccount their bindings' ``paramRef`` names, which is the identity the policies
+  compare requests with.
+
+and an overlay's ``namespace`` the namespaces kustomize does not know of: the bindings'
+``paramRef.namespace`` (the ServiceAccount's namespace) and the
+``operator-kit.io/installation`` label of the cluster-scoped documents. So the policies
+name ``system:serviceaccount:<the overlay's namespace>:<prefix><name><suffix>``, exactly.
 
 kustomize itself already follows the Service in webhook configurations, the
-ServiceAccount in the Deployment and the bindings, and the Roles in their bindings; it
-never renames CRDs or the Namespace. The Lease and the certificate Secret, which the
-operator creates at run time, keep their names: they live in its namespace, so give each
-renamed copy its own namespace (an overlay's ``namespace:``).
+ServiceAccount in the Deployment and the bindings, the Roles in their bindings and each
+policy in its binding; it never renames CRDs or the Namespace. The Lease and the
+certificate Secret, which the operator creates at run time, keep their names: they live
+in its namespace, so give each renamed copy its own namespace (an overlay's
+``namespace:``). The policies' own names keep the base's namespace
+(``<prefix><operator>-self-protection-<base namespace><suffix>``): two overlays of one
+base that differ only in their namespace install the same policies, and the second
+rebinds the first's to its own ServiceAccount. Give each its own ``namePrefix`` or
+``nameSuffix`` as well (one installation per cluster holds anyway: the installation
+policy refuses the second's cluster-scoped documents).
 """
 
 from __future__ import annotations
@@ -33,6 +48,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from operator_kit.manifests._guard import INSTALLATION_LABEL
 from operator_kit.manifests._labels import component_of
 from operator_kit.manifests._yaml import to_yaml
 
@@ -47,6 +63,11 @@ _ENV_VALUE = {"kind": "Deployment", "group": "apps",
               "path": "spec/template/spec/containers/env/value"}
 _RESOURCE_NAMES = {"kind": "ClusterRole", "group": "rbac.authorization.k8s.io",
                    "path": "rules/resourceNames"}
+_ADMISSION = "admissionregistration.k8s.io"
+_GUARDED_NAMES = {"kind": "ValidatingAdmissionPolicy", "group": _ADMISSION,
+                  "path": "spec/matchConstraints/resourceRules/resourceNames"}
+_PARAM_REF = {"kind": "ValidatingAdmissionPolicyBinding", "group": _ADMISSION,
+              "path": "spec/paramRef/name"}
 
 KUSTOMIZECONFIG: dict[str, Any] = {"nameReference": [
     {"kind": "Service", "version": "v1", "fieldSpecs": [
@@ -55,12 +76,22 @@ KUSTOMIZECONFIG: dict[str, Any] = {"nameReference": [
         _ENV_VALUE,
         {"kind": "ServiceMonitor", "group": "monitoring.coreos.com",
          "path": "spec/endpoints/tlsConfig/serverName"}]},
-    {"kind": "ValidatingWebhookConfiguration", "group": "admissionregistration.k8s.io",
-     "fieldSpecs": [_RESOURCE_NAMES, _ENV_VALUE]},
-    {"kind": "MutatingWebhookConfiguration", "group": "admissionregistration.k8s.io",
-     "fieldSpecs": [_RESOURCE_NAMES, _ENV_VALUE]},
+    {"kind": "ValidatingWebhookConfiguration", "group": _ADMISSION,
+     "fieldSpecs": [_RESOURCE_NAMES, _ENV_VALUE, _GUARDED_NAMES]},
+    {"kind": "MutatingWebhookConfiguration", "group": _ADMISSION,
+     "fieldSpecs": [_RESOURCE_NAMES, _ENV_VALUE, _GUARDED_NAMES]},
+    {"kind": "ClusterRole", "group": "rbac.authorization.k8s.io",
+     "fieldSpecs": [_GUARDED_NAMES]},
+    {"kind": "ClusterRoleBinding", "group": "rbac.authorization.k8s.io",
+     "fieldSpecs": [_GUARDED_NAMES]},
+    {"kind": "ServiceAccount", "version": "v1", "fieldSpecs": [_PARAM_REF]},
+], "namespace": [
+    {"kind": "ValidatingAdmissionPolicyBinding", "group": _ADMISSION,
+     "path": "spec/paramRef/namespace"},
+    # "/" in a label key is escaped for kustomize's paths
+    {"path": "metadata/labels/" + INSTALLATION_LABEL.replace("/", "\\/")},
 ]}
-"""The nameReference entries for the references kustomize does not know of."""
+"""The nameReference and namespace entries for the references kustomize does not know of."""
 
 
 def kustomize_base(docs: Sequence[Mapping[str, Any]]) -> dict[str, str]:

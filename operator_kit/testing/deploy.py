@@ -220,9 +220,12 @@ class LocalDeployment:
                     raise
 
     def _wait_unguarded(self, timeout: float = 30.0) -> None:
-        """Until a dry-run that re-points the ClusterRoleBinding at another namespace is
-        admitted: the installation policy (`operator_kit.manifests._guard`) is gone."""
-        path = f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{self.operator.name}"
+        """Until a dry-run that re-points the ClusterRoleBinding (the documents' one: an
+        overlay may have renamed it) at another namespace is admitted: the installation
+        policy (`operator_kit.manifests._guard`) is gone."""
+        name = next((d["metadata"]["name"] for d in self.documents
+                     if d["kind"] == "ClusterRoleBinding"), self.operator.name)
+        path = f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{name}"
 
         def admitted() -> bool:
             try:

@@ -6,18 +6,22 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from backup_operator import operator
 from kubernetes.client.exceptions import ApiException
 
+from operator_kit.client.transport import Api, api_client
 from operator_kit.localcluster import find_or_build
 from operator_kit.localcluster.plane import free_port
 from operator_kit.manifests import write_kustomize_base
 from operator_kit.manifests._deploy import operator_manifests
+from operator_kit.manifests._guard import INSTALLATION_LABEL
 from operator_kit.testing import Namespace, TestCluster, eventually
 from operator_kit.testing.deploy import LocalDeployment
+from tests.cluster.test_guard import json_patch
 
 SAMPLE_DIR = str(Path(__file__).resolve().parents[2] / "samples" / "backup")
 
@@ -143,6 +147,7 @@ def test_operator_runs_under_a_kustomize_name_prefix(cluster: TestCluster,
         "name": "dev-backup-operator", "namespace": namespace.name, "path": "/convert",
         "port": port}
     assert by_kind["ValidatingWebhookConfiguration"]["metadata"]["name"] == "dev-backup-operator"
+    assert_policies_follow(rendered, namespace.name, "dev-backup-operator")
 
     deployment = LocalDeployment(cluster, operator, app="backup_operator:operator",
                                  namespace=namespace.name, replicas=1, port=port,
@@ -151,6 +156,31 @@ def test_operator_runs_under_a_kustomize_name_prefix(cluster: TestCluster,
     assert deployment.environment["OPERATOR_KIT_WEBHOOK_SERVICE"] == "dev-backup-operator"
     deployment.apply()
     try:
+        # The policies guard the renamed objects and name the renamed ServiceAccount, and
+        # are enforced before the operator starts: its own caBundle patches below are made
+        # under them.
+        account = Api(api_client(str(deployment.kubeconfig())))
+        identity = f"system:serviceaccount:{namespace.name}:dev-backup-operator"
+        renamed = "/apis/admissionregistration.k8s.io/v1/{}webhookconfigurations/" \
+            "dev-backup-operator"
+        refusal = eventually(30, lambda: json_patch(
+            account, renamed.format("validating"),
+            {"op": "replace", "path": "/webhooks/0/failurePolicy", "value": "Ignore"}),
+            message="the self-protection policy enforced on the renamed objects")
+        assert f"the ServiceAccount {identity} may change only the caBundle" in refusal
+        for path in (renamed.format("mutating"),
+                     "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
+                     "backups.example.com"):
+            assert json_patch(account, path, {
+                "op": "add", "path": "/metadata/finalizers", "value": ["x.example.com/y"]}), \
+                path
+        binding = cluster.api.get("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/"
+                                  "dev-backup-operator")
+        binding["subjects"][0]["namespace"] = "team-b"
+        with pytest.raises(ApiException, match=f"in namespace {namespace.name}"):
+            cluster.api.request("PUT", "/apis/rbac.authorization.k8s.io/v1/"
+                                "clusterrolebindings/dev-backup-operator", body=binding,
+                                query={"dryRun": "All"})
         with deployment:
             deployment.start()
             try:
@@ -198,7 +228,71 @@ def test_operator_runs_under_a_kustomize_name_prefix(cluster: TestCluster,
         deployment.delete()
 
 
+def assert_policies_follow(docs: list[dict[str, Any]], namespace: str, account: str) -> None:
+    """The kustomized policies guard the renamed objects and bind to ServiceAccount
+    `namespace`/`account`, and the cluster-scoped documents say which namespace they
+    belong to."""
+    bound = [d["spec"]["paramRef"] for d in docs
+             if d["kind"] == "ValidatingAdmissionPolicyBinding" and "paramRef" in d["spec"]]
+    assert bound == [{"name": account, "namespace": namespace,
+                      "parameterNotFoundAction": "Deny"}], bound
+    for doc in docs:
+        if doc["kind"] == "ValidatingAdmissionPolicy":
+            for rule in doc["spec"]["matchConstraints"]["resourceRules"]:
+                if rule["resources"] != ["customresourcedefinitions"]:
+                    assert rule.get("resourceNames") == [account], (doc, rule)
+    labelled = {d["kind"]: (d["metadata"].get("labels") or {}).get(INSTALLATION_LABEL)
+                for d in docs if INSTALLATION_LABEL in (d["metadata"].get("labels") or {})}
+    assert set(labelled) >= {"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",
+                             "ValidatingWebhookConfiguration", "ValidatingAdmissionPolicy"}
+    assert set(labelled.values()) == {namespace}, labelled
+
+
 def _delete_backups(cluster: TestCluster, namespace: Namespace) -> None:
     cluster.api.request("DELETE", f"/apis/example.com/v1/namespaces/{namespace.name}/backups")
     eventually(60, lambda: not namespace.list("example.com/v1", "Backup"),
                message="the operator's finalizer released every Backup")
+
+
+def test_a_prefix_suffix_and_namespace_overlay_keeps_every_policy_on_the_renamed_objects(
+        cluster: TestCluster, namespace: Namespace, kubectl: str, tmp_path: Path) -> None:
+    write_kustomize_base(tmp_path / "base", operator_manifests(
+        operator, app="backup_operator:operator", namespace="backup-operator",
+        image="example.com/backup-operator:0.1.0", replicas=1))
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        f"namePrefix: dev-\nnameSuffix: -x\nnamespace: {namespace.name}\n"
+        "resources: [../base]\n")
+    stream = _kubectl(kubectl, cluster, "kustomize", str(overlay))
+    rendered = list(yaml.safe_load_all(stream))
+    name = "dev-backup-operator-x"
+    assert_policies_follow(rendered, namespace.name, name)
+    installed = LocalDeployment(cluster, operator, app="backup_operator:operator",
+                                namespace=namespace.name, documents=rendered)
+    _kubectl(kubectl, cluster, "apply", "-f", "-", stdin=stream)
+    try:
+        account = Api(api_client(str(installed.kubeconfig())))
+        hooks = f"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{name}"
+        refusal = eventually(30, lambda: json_patch(account, hooks, {
+            "op": "add", "path": "/metadata/ownerReferences", "value": [{
+                "apiVersion": "v1", "kind": "Namespace", "name": "gone",
+                "uid": "6f1e8c57-0000-4000-8000-000000000000"}]}),
+            message="the self-protection policy enforced on the renamed objects")
+        assert f"system:serviceaccount:{namespace.name}:{name} may change only" in refusal
+        # The operator's own patch (as `patch_bundle` makes it) is admitted.
+        current = cluster.api.get(hooks)
+        assert json_patch(account, hooks, {
+            "op": "test", "path": "/metadata/resourceVersion",
+            "value": current["metadata"]["resourceVersion"]}, {
+            "op": "add", "path": "/webhooks/0/clientConfig/caBundle", "value": "Y2E="}) is None
+        binding = cluster.api.get(f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{name}")
+        binding["subjects"][0]["namespace"] = "team-b"
+        with pytest.raises(ApiException, match=f"in namespace {namespace.name}"):
+            cluster.api.request("PUT", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/"
+                                f"{name}", body=binding, query={"dryRun": "All"})
+        print(f"\noverlay namePrefix dev-, nameSuffix -x, namespace {namespace.name}: "
+              f"self-protection binds {namespace.name}/{name}, the installation policy "
+              "guards the renamed binding")
+    finally:
+        installed.delete()

@@ -472,7 +472,8 @@ def as_the_operator(namespace: Namespace, cluster: TestCluster,
             if not doc["metadata"].get("namespace"):
                 resource = cluster.api.resource_for(doc["apiVersion"], doc["kind"])
                 cluster.api.request("DELETE", resource.path(None, doc["metadata"]["name"]))
-        probe = create_widget(namespace, "policy-gone-probe", **{"labels": {LABEL: "x"}})
+        # Created unlabelled: the policy, until forgotten, refuses a labelled CREATE too.
+        probe = create_widget(namespace, "policy-gone-probe")
         eventually(30, lambda: relabel(namespace, probe["metadata"]["name"], "y") is None,
                    message="the deleted shard-label policy forgotten")
 
@@ -527,7 +528,8 @@ def test_a_label_moved_by_hand_while_there_is_no_leader_is_refused_and_nothing_o
             refusal = relabel(namespace, name, other, dry_run=False)
             if refusal is not None:
                 refused += 1
-                assert "only the operator (its ServiceAccount) may change it" in refusal
+                assert "only the operator (its ServiceAccount system:serviceaccount:" \
+                    f"{namespace.name}:{OPERATOR}) may set or change it" in refusal
     eventually(LEASE + 20, lambda: settled(namespace, alive), interval=0.5)
     found = overlaps(runs(log, killed))
     print(f"\nleaderless relabel attack: {refused} of {tried} hand-made label moves refused; "

@@ -363,7 +363,16 @@ def test_kustomizeconfig_names_the_references_kustomize_does_not_know() -> None:
          "spec/template/spec/containers/env/value"),
         ("MutatingWebhookConfiguration", "ClusterRole", "rules/resourceNames"),
         ("MutatingWebhookConfiguration", "Deployment",
-         "spec/template/spec/containers/env/value")}
+         "spec/template/spec/containers/env/value"),
+        *((referred, "ValidatingAdmissionPolicy",
+           "spec/matchConstraints/resourceRules/resourceNames")
+          for referred in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration",
+                           "ClusterRole", "ClusterRoleBinding")),
+        ("ServiceAccount", "ValidatingAdmissionPolicyBinding", "spec/paramRef/name")}
+    assert config["namespace"] == [
+        {"kind": "ValidatingAdmissionPolicyBinding", "group": "admissionregistration.k8s.io",
+         "path": "spec/paramRef/namespace"},
+        {"path": "metadata/labels/operator-kit.io\\/installation"}]
 
 
 def test_rewriting_a_base_removes_files_of_concerns_that_are_gone(tmp_path: Path) -> None:
