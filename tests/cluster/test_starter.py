@@ -24,6 +24,7 @@ from operator_kit.localcluster import find_or_build
 from operator_kit.new import generate
 from operator_kit.testing import TEST_LABEL, Namespace, TestCluster, eventually, stop_process
 from operator_kit.testing.plugin import namespace_prefix
+from tests.unit.test_helm import helm, run_helm
 
 
 def new_project(tmp_path: Path, name: str, group: str, kind: str) -> Path:
@@ -133,6 +134,12 @@ def test_a_project_with_a_finalizer_and_a_second_version_passes_its_make_targets
     assert status["properties"]["conditions"]["x-kubernetes-list-type"] == "map"
     assert [v["name"] for v in crds["gizmos.gizmos.starter.test"]["spec"]["versions"]] == \
         ["v1", "v2"]
+
+    finish(make(project, "chart", *args, env=env))
+    chart = yaml.safe_load((project / "chart/Chart.yaml").read_text())
+    assert (chart["name"], chart["appVersion"]) == ("gadget-operator", "1")
+    if helm() is not None:  # CI has it (HELM)
+        run_helm("lint", "--strict", str(project / "chart"), home=tmp_path)
 
     crd_paths = [f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
                  for name in crds]

@@ -98,3 +98,21 @@ def test_reconcile_once_raises_what_reconcile_raised_and_checks_what_it_returns(
         reconcile_once(Raising(), cluster, "nothing", namespace)
     with pytest.raises(ValueError, match="Widget is namespaced"):
         reconcile_once(Raising(), cluster, "odd")
+
+
+def test_a_namespace_a_finalizer_holds_names_the_object_when_its_deletion_is_awaited(
+        cluster: TestCluster, namespace: Namespace) -> None:
+    """No operator runs to remove the finalizer: the wait fails naming the object, its
+    finalizer and the command that drops it; once dropped, the namespace goes."""
+    create_widget(namespace, "held", finalizers=[FINALIZER])
+    with pytest.raises(AssertionError) as stuck:
+        namespace.delete(wait=True, timeout=3, kinds=[Widget])
+    message = str(stuck.value)
+    assert f"namespace {namespace.name} finishing deletion did not hold within 3s" in message
+    assert f"Widget {namespace.name}/held is still there (finalizers {FINALIZER})" in message
+    assert (f"kubectl patch widgets.ctl.operator-kit.test held -n {namespace.name} "
+            "--type=merge") in message
+    namespace.api.request("PATCH", widget_path(namespace, "held"),
+                          body={"metadata": {"finalizers": None}},
+                          content_type="application/merge-patch+json")
+    namespace.delete(wait=True, timeout=60, kinds=[Widget])

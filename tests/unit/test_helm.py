@@ -82,6 +82,11 @@ def test_helm_lint_passes_the_generated_charts(tmp_path: Path) -> None:
         write_helm_chart(tmp_path / operator.name, operator, app=app)
         done = run_helm("lint", "--strict", str(tmp_path / operator.name), home=tmp_path)
         assert "1 chart(s) linted, 0 chart(s) failed" in done.stdout, done.stdout
+    # and with every scheduling and pod metadata value set
+    (tmp_path / "scheduling.yaml").write_text(yaml.safe_dump(SCHEDULING))
+    done = run_helm("lint", "--strict", str(tmp_path / backup_operator.name), "-f",
+                    str(tmp_path / "scheduling.yaml"), home=tmp_path)
+    assert "1 chart(s) linted, 0 chart(s) failed" in done.stdout, done.stdout
 
 
 def test_default_values_render_the_generators_documents_in_the_release_namespace(
