@@ -168,7 +168,10 @@ def test_helm_install_creates_the_operator_in_the_release_namespace(
     assert "podAntiAffinity" in pod["spec"]["affinity"]
     assert pod["metadata"]["labels"]["team"] == "storage"
     assert pod["metadata"]["annotations"]["example.com/owner"] == "storage"
-    assert container["env"][-2:] == SCHEDULING["extraEnv"]
+    proxy, node = container["env"][-2:]  # the API server fills in fieldRef's apiVersion
+    assert proxy == SCHEDULING["extraEnv"][0]
+    assert (node["name"], node["valueFrom"]["fieldRef"]["fieldPath"]) == ("NODE",
+                                                                          "spec.nodeName")
     assert namespace.get("policy/v1", "PodDisruptionBudget", "gizmo-operator") is not None
     binding = cluster.api.get(f"{RBAC}/clusterrolebindings/gizmo-operator")
     assert binding["subjects"][0]["namespace"] == installed
