@@ -20,6 +20,7 @@ import dockerfile
 import pytest
 import yaml
 
+from operator_kit.client.uninstall import uninstall
 from operator_kit.localcluster import find_or_build
 from operator_kit.new import generate
 from operator_kit.testing import TEST_LABEL, Namespace, TestCluster, eventually, stop_process
@@ -167,9 +168,11 @@ def test_a_project_with_a_finalizer_and_a_second_version_passes_its_make_targets
                  "--no-leader-elect", "--health-probe-bind-address", "0",
                  "--metrics-bind-address", "0"], cwd=project, env=env, stdout=out,
                 stderr=subprocess.STDOUT, text=True)
+        # Through v1: kubectl prefers v2, which needs the conversion webhook.
         listing = eventually(60, lambda: "True" in (got := subprocess.run(
-            [kubectl, "get", "gizmos", "-n", namespace], env=env, capture_output=True,
-            text=True, check=True).stdout) and got, message="the sample Gizmo Ready")
+            [kubectl, "get", "gizmos.v1.gizmos.starter.test", "-n", namespace], env=env,
+            capture_output=True, text=True, check=True).stdout) and got,
+            message="the sample Gizmo Ready")
         assert listing.split()[:3] == ["NAME", "READY", "AGE"], listing  # REASON: -o wide
         gizmo = cluster.api.get(samples[1])
         assert gizmo["metadata"]["finalizers"] == ["gizmos.starter.test/cleanup"]
@@ -199,6 +202,9 @@ def test_a_project_with_a_finalizer_and_a_second_version_passes_its_make_targets
             print(f"--- the operator's log\n{(tmp_path / 'operator.log').read_text()[-6000:]}")
         raise
     finally:
+        # On a failure, what make undeploy would have done, in its order: nothing a
+        # finalizer holds, no CRD whose conversion webhook is gone, is left to the next test.
+        uninstall(cluster.api, list(crds.values()), timeout=30)
         if operator is not None:
             stop_process(operator)
         Namespace(namespace, cluster).delete()
