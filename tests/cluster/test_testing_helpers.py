@@ -65,6 +65,10 @@ def test_reconcile_once_runs_one_reconcile_with_the_finalizer_and_returns_its_ac
     assert reconcile_once(controller, cluster, "w", namespace.name) == Action.requeue(60)
     writes = {key: n for key, n in (request_counts() - before).items() if key[0] != "GET"}
     assert writes == {("PATCH", f"/api/v1/namespaces/{namespace.name}/configmaps/w"): 1}
+    # Deleted, it goes with its cleanup: no finalizer holds the namespace afterwards.
+    namespace.api.request("DELETE", widget_path(namespace, "w"))
+    assert reconcile_once(controller, cluster, "w", namespace) is None
+    assert not cluster.exists(widget_path(namespace, "w"))
 
 
 def test_reconcile_once_on_an_object_being_deleted_runs_cleanup_and_lets_it_go(
