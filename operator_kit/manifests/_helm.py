@@ -8,7 +8,10 @@
   ``latest``) and ``kubeVersion`` (the admission policies need 1.30);
 - ``values.yaml`` (commented) and ``values.schema.json`` (Helm refuses a value of the wrong
   type, or an unknown one, before rendering): ``namespace``, ``image`` (repository, tag,
-  pullPolicy), ``imagePullSecrets``, ``replicas``, ``resources`` and, for an operator with
+  pullPolicy), ``imagePullSecrets``, ``replicas``, ``resources``, ``extraEnv``,
+  ``podLabels``, ``podAnnotations``, the scheduling values (``nodeSelector``,
+  ``tolerations``, ``affinity``, ``topologySpreadConstraints``, ``priorityClassName``:
+  each written into the pod only when set) and, for an operator with
   webhooks, ``certificate`` (``mode: managed`` or ``external`` with ``secret``), and
   ``metrics.secure`` (``--metrics-secure``: the operator's right to create TokenReviews
   and SubjectAccessReviews, the ``<name>-metrics-reader`` ClusterRole in
@@ -63,7 +66,9 @@ from operator_kit.manifests._deploy import operator_manifests
 from operator_kit.manifests._labels import component_of
 from operator_kit.manifests._template import (
     Block,
+    Either,
     Raw,
+    Splice,
     When,
     merge_documents,
     render,
@@ -121,10 +126,29 @@ def _holes(name: str) -> dict[str, str]:
             _SECRET: ".Values.certificate.secret",
             _CERTIFICATE: ".Values.certificate.certificateName | default "
                           ".Values.certificate.secret",
-            _REPLICAS: ".Values.replicas", _PULL_POLICY: ".Values.image.pullPolicy"}
+            _REPLICAS: ".Values.replicas", _PULL_POLICY: ".Values.image.pullPolicy",
+            _PRIORITY: ".Values.priorityClassName"}
 
 
-def _prepared(doc: dict[str, Any]) -> dict[str, Any]:
+def _go_dict(values: Mapping[str, str], holes: Mapping[str, str]) -> str:
+    """A template ``dict`` expression of `values`, a value that is a token its action."""
+    pairs = []
+    for key, value in values.items():
+        action = holes.get(value)
+        if action is None and any(token in value for token in holes):
+            raise ValueError(f"{key}: {value!r} holds a token among other text")
+        pairs += [json.dumps(key), f"({action})" if action else json.dumps(value)]
+    return f"(dict {' '.join(pairs)})"
+
+
+# The pod's scheduling values, each written only when set, after these keys of the pod.
+_POD_VALUES = {"serviceAccountName": ("imagePullSecrets", "priorityClassName"),
+               "terminationGracePeriodSeconds": ("nodeSelector", "tolerations",
+                                                 "topologySpreadConstraints")}
+_PRIORITY = "zzhelmzz-priority"
+
+
+def _prepared(doc: dict[str, Any], holes: Mapping[str, str]) -> dict[str, Any]:
     """A document with Helm's labels and the values that are not text put in."""
     metadata = doc["metadata"]
     metadata["labels"] = {**metadata["labels"], "app.kubernetes.io/managed-by": _MANAGED_BY,
@@ -136,12 +160,23 @@ def _prepared(doc: dict[str, Any]) -> dict[str, Any]:
         spec = doc["spec"]
         spec["replicas"] = Raw(_REPLICAS)
         template = spec["template"]
-        template["metadata"]["labels"]["app.kubernetes.io/managed-by"] = _MANAGED_BY
+        labels = {**template["metadata"]["labels"], "app.kubernetes.io/managed-by": _MANAGED_BY}
+        # podLabels cannot change the generated ones (the selector's among them);
+        # podAnnotations may (prometheus.io/*).
+        template["metadata"]["labels"] = Block(
+            f"(merge (dict) {_go_dict(labels, holes)} .Values.podLabels)")
+        annotations = template["metadata"].get("annotations")
+        template["metadata"]["annotations"] = (
+            Block(f"(merge (dict) .Values.podAnnotations {_go_dict(annotations, holes)})")
+            if annotations else When(".Values.podAnnotations", Block(".Values.podAnnotations")))
         pod = template["spec"]
-        pod_entries = list(pod.items())
-        at = [k for k, _ in pod_entries].index("serviceAccountName") + 1
-        pod_entries.insert(at, ("imagePullSecrets", When(
-            ".Values.imagePullSecrets", Block(".Values.imagePullSecrets"))))
+        pod_entries: list[tuple[str, Any]] = []
+        for key, value in pod.items():
+            pod_entries.append((key, value))
+            for name in _POD_VALUES.get(key, ()):
+                pod_entries.append((name, When(
+                    f".Values.{name}",
+                    _PRIORITY if name == "priorityClassName" else Block(f".Values.{name}"))))
         template["spec"] = dict(pod_entries)
         containers = []
         for container in pod["containers"]:
@@ -149,6 +184,8 @@ def _prepared(doc: dict[str, Any]) -> dict[str, Any]:
             for key, value in container.items():
                 if key == "resources":
                     value = Block(".Values.resources")
+                if key == "env":
+                    value = [*value, Splice(".Values.extraEnv")]
                 entries.append((key, value))
                 if key == "image":
                     entries.append(("imagePullPolicy",
@@ -158,10 +195,27 @@ def _prepared(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
+def _with_affinity(tree: list[Any]) -> list[Any]:
+    """The Deployment's pod affinity: ``.Values.affinity`` when set, else the generated
+    one (the anti-affinity of several replicas), if any."""
+    for doc in tree:
+        if isinstance(doc, dict) and doc["kind"] == "Deployment":
+            pod = doc["spec"]["template"]["spec"]
+            given = Block(".Values.affinity")
+            entries = list(pod.items())
+            if "affinity" in pod:
+                pod["affinity"] = Either(".Values.affinity", given, pod["affinity"])
+            else:
+                at = [k for k, _ in entries].index("containers")
+                entries.insert(at, ("affinity", When(".Values.affinity", given)))
+                doc["spec"]["template"]["spec"] = dict(entries)
+    return tree
+
+
 def _documents(operator: Operator, app: str, replicas: int,
                certificate: ExternalCertificate | None,
                metrics_secure: bool) -> list[dict[str, Any]]:
-    return [_prepared(doc) for doc in operator_manifests(
+    return [_prepared(doc, _holes(operator.name)) for doc in operator_manifests(
         operator, app=app, namespace=_NAMESPACE, image=_IMAGE, replicas=replicas,
         certificate=certificate, namespace_document=False, version=_VERSION,
         instance=_INSTANCE, metrics_secure=metrics_secure)]
@@ -190,7 +244,8 @@ def _tree(operator: Operator, app: str) -> list[Any]:
         return merge_documents(_EXTERNAL, over_replicas(None, secure),
                                over_replicas(external, secure))
 
-    return merge_documents(_METRICS_SECURE, over_certificates(False), over_certificates(True))
+    return _with_affinity(merge_documents(_METRICS_SECURE, over_certificates(False),
+                                          over_certificates(True)))
 
 
 def _plain_deployment(operator: Operator, replicas: int | None) -> dict[str, Any]:
@@ -298,6 +353,26 @@ replicas: {replicas}
 # The operator's container (requests and limits; ephemeral-storage counts its /tmp).
 {block({"resources": dict(resources)})}
 
+# More environment variables of the operator's container, after its own, e.g.
+# [{{name: HTTPS_PROXY, value: "http://proxy:3128"}}] (valueFrom works too).
+extraEnv: []
+
+# Labels and annotations of the operator's pods. podLabels cannot change the chart's own
+# labels (the Deployment selects the pods by them); podAnnotations may change its
+# prometheus.io/* annotations.
+podLabels: {{}}
+podAnnotations: {{}}
+
+# Where the pods run, as in a pod's spec: nodeSelector (e.g. {{kubernetes.io/os: linux}}),
+# tolerations (e.g. [{{key: dedicated, operator: Equal, value: operators, effect:
+# NoSchedule}}]), affinity (replaces the chart's anti-affinity of several replicas),
+# topologySpreadConstraints, and the pods' PriorityClass (e.g. system-cluster-critical).
+nodeSelector: {{}}
+tolerations: []
+affinity: {{}}
+topologySpreadConstraints: []
+priorityClassName: ""
+
 # secure: /metrics only for bearer tokens the API server allows to get /metrics
 #   (TokenReview, SubjectAccessReview; over HTTPS). Bind the ClusterRole
 #   {operator.name}-metrics-reader to your Prometheus's ServiceAccount.
@@ -329,6 +404,11 @@ _DNS_LABEL = r"^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)?$"
 _DNS_SUBDOMAIN = r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?)?$"
 
 
+def _string_map(what: str) -> dict[str, Any]:
+    return {"type": "object", "additionalProperties": {"type": "string"},
+            "description": f"{what} names and their values, all strings"}
+
+
 def _schema(operator: Operator) -> dict[str, Any]:
     """values.schema.json: the values' types (Helm checks them before rendering)."""
     string = {"type": "string"}
@@ -348,6 +428,27 @@ def _schema(operator: Operator) -> dict[str, Any]:
         "resources": {"type": "object", "additionalProperties": False, "properties": {
             "requests": {"type": "object"}, "limits": {"type": "object"},
             "claims": {"type": "array"}}},
+        "extraEnv": {"type": "array", "items": {
+            "type": "object", "required": ["name"],
+            "properties": {"name": {"type": "string", "minLength": 1},
+                           "value": string, "valueFrom": {"type": "object"}}}},
+        "podLabels": _string_map("label"),
+        "podAnnotations": _string_map("annotation"),
+        "nodeSelector": _string_map("node label"),
+        "tolerations": {"type": "array", "items": {"type": "object", "properties": {
+            "key": string, "operator": {"enum": ["Exists", "Equal"]}, "value": string,
+            "effect": {"enum": ["", "NoSchedule", "PreferNoSchedule", "NoExecute"]},
+            "tolerationSeconds": {"type": "integer"}}}},
+        "affinity": {"type": "object", "additionalProperties": False, "properties": {
+            kind: {"type": "object"} for kind in ("nodeAffinity", "podAffinity",
+                                                  "podAntiAffinity")}},
+        "topologySpreadConstraints": {"type": "array", "items": {
+            "type": "object", "required": ["maxSkew", "topologyKey", "whenUnsatisfiable"],
+            "properties": {"maxSkew": {"type": "integer", "minimum": 1},
+                           "topologyKey": string,
+                           "whenUnsatisfiable": {"enum": ["DoNotSchedule",
+                                                          "ScheduleAnyway"]}}}},
+        "priorityClassName": {"type": "string", "pattern": _DNS_SUBDOMAIN},
         "metrics": {"type": "object", "additionalProperties": False,
                     "properties": {"secure": {"type": "boolean"}}},
     }

@@ -17,7 +17,8 @@ find where they differ:
   string holding one is written double-quoted, the token replaced by ``{{ action }}``
   (``"{{ include "op.namespace" . }}"``, ``"op-installation-{{ ... }}"``), so a
   namespace named ``123`` stays a string. A `Raw` token is written unquoted (a number).
-- `Block(source)` is a mapping or list taken whole from the values (``toYaml``).
+- `Block(source)` is a mapping or list taken whole from the values (``toYaml``), and
+  `Splice(source)`, in a list, the values' list's items after the others.
 
 `render(docs, holes)` writes the tree as one template file: block-style YAML, literal
 text exactly as `to_yaml` writes it (a literal ``{{`` escaped for Go templates), and
@@ -36,8 +37,8 @@ import yaml
 
 from operator_kit.manifests._yaml import Dumper
 
-__all__ = ["Block", "Either", "Holes", "Raw", "When", "merge", "merge_documents", "negate",
-           "render"]
+__all__ = ["Block", "Either", "Holes", "Raw", "Splice", "When", "merge", "merge_documents",
+           "negate", "render"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,14 @@ class Either:
 @dataclass(frozen=True)
 class Block:
     """A mapping or list taken whole from the values: ``{{- toYaml source | nindent }}``."""
+
+    source: str
+
+
+@dataclass(frozen=True)
+class Splice:
+    """In a list, the items of a list taken from the values (none when it is empty):
+    ``{{- with source }}{{- toYaml . | nindent }}{{- end }}``."""
 
     source: str
 
@@ -168,7 +177,7 @@ _TemplateDumper.add_representer(Raw, lambda dumper, value: dumper.represent_scal
 
 
 def _has_nodes(value: Any) -> bool:
-    if isinstance(value, When | Either | Block):
+    if isinstance(value, When | Either | Block | Splice):
         return True
     if isinstance(value, dict):
         return any(_has_nodes(v) for v in value.values())
@@ -234,6 +243,10 @@ class _Writer:
         if isinstance(value, Either):
             return self.condition(value.condition, indent, self.item(value.then, indent),
                                   self.item(value.otherwise, indent))
+        if isinstance(value, Splice):
+            return [f"{' ' * indent}{{{{- with {value.source} }}}}",
+                    f"{' ' * indent}{{{{- toYaml . | nindent {indent} }}}}",
+                    f"{' ' * indent}{{{{- end }}}}"]
         if not _has_nodes(value):
             return self.literal([value], indent)
         body = self.lines(value, indent + 2)

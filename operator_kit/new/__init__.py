@@ -5,14 +5,16 @@ Three commands, as kubebuilder's ``init``, ``create api`` and ``create webhook``
     python -m operator_kit.new NAME --group GROUP --kind KIND [--dir DIR]
     python -m operator_kit.new add-kind KIND [--group GROUP] [--version V] [--validate] [--mutate]
     python -m operator_kit.new add-webhook KIND [--validate] [--mutate]
+    python -m operator_kit.new add-version KIND --version V [--storage]
 
 The first writes what a kubebuilder user expects, in Python; its tests, lint and manifests
 pass at once::
 
     NAME/
       PROJECT             what the project holds (its kinds and webhooks); adding reads it
-      Makefile            help (default), manifests, test, lint, run, install, uninstall,
-                          wheels, docker-build, deploy, undeploy
+      Makefile            help (default), manifests, chart, test, lint, run, install,
+                          uninstall, wheels, docker-build, deploy, undeploy (through
+                          --uninstall: the custom objects first, while the operator runs)
       pyproject.toml      the package; its test extra brings pytest, ruff and mypy
       README.md           how to test, run, build and deploy it
       Dockerfile          multi-stage: wheels in a builder, installed from them alone,
@@ -31,13 +33,22 @@ pass at once::
                           controller; KIND_validation.py, KIND_defaulting.py its webhooks
       PACKAGE/__main__.py ``python -m PACKAGE`` runs it; ``--manifests`` prints its YAML
       tests/              each controller against a real API server, the webhooks, the
-                          manifests and samples, and end to end with `LocalDeployment`
+                          manifests and samples, and end to end with `LocalDeployment`;
+                          conftest.py waits for each test namespace to go, naming an
+                          object a finalizer holds
 
-``add-kind`` and ``add-webhook`` (run in the project, or give ``--dir``) write new files
-only, rewrite ``PACKAGE/registry.py`` and ``PROJECT`` (`operator_kit.new.scaffold` says
-how a hand edit there is refused rather than lost), and regenerate ``config/base``. They
-refuse, with one line and exit code 2, a folder that is not such a project, a kind that
-exists, a webhook a kind has.
+``add-version KIND --version v2`` adds a version of a kind (kubebuilder's ``create api
+--version``): ``PACKAGE/KIND_v2.py`` (its class, ``version_of`` the kind, served, the
+storage version with ``--storage``), a sample, a test converting both ways through the
+conversion webhook, and with the kind's first added version ``PACKAGE/KIND_conversion.py``,
+the converter registry.py registers.
+
+``add-kind``, ``add-version`` and ``add-webhook`` (run in the project, or give ``--dir``)
+write new files only, rewrite ``PACKAGE/registry.py`` and ``PROJECT``
+(`operator_kit.new.scaffold` says how a hand edit there is refused rather than lost), and
+regenerate ``config/base``. They refuse, with one line and exit code 2 and nothing
+written, a folder that is not such a project, a kind that exists (or is missing), a
+version the kind has or that is no Kubernetes version name, a webhook a kind has.
 
 operator_kit is not on the package index yet, so the image and CI install it from a wheel
 or a path: the Makefile's ``OPERATOR_KIT`` defaults to where this operator_kit was
@@ -58,26 +69,30 @@ import sys
 from pathlib import Path
 
 from operator_kit.new.scaffold import (
+    CONVERSION_FILES,
     FILES,
     KIND_FILES,
+    VERSION_FILES,
     WEBHOOK_FILES,
     Project,
     ScaffoldError,
     add_kind,
+    add_version,
     add_webhook,
     generate,
     read_template,
     registry_source,
     render,
 )
-from operator_kit.new.source import operator_kit_source, source_of
+from operator_kit.new.source import compatible_requirement, operator_kit_source, source_of
 
-__all__ = ["FILES", "KIND_FILES", "WEBHOOK_FILES", "Project", "ScaffoldError", "add_kind",
-           "add_webhook", "generate", "main", "operator_kit_source", "read_template",
-           "registry_source", "render", "source_of"]
+__all__ = ["CONVERSION_FILES", "FILES", "KIND_FILES", "VERSION_FILES", "WEBHOOK_FILES",
+           "Project", "ScaffoldError", "add_kind", "add_version", "add_webhook",
+           "compatible_requirement", "generate", "main", "operator_kit_source",
+           "read_template", "registry_source", "render", "source_of"]
 
 PROG = "python -m operator_kit.new"
-COMMANDS = ("add-kind", "add-webhook")
+COMMANDS = ("add-kind", "add-version", "add-webhook")
 
 
 def _webhook_flags(parser: argparse.ArgumentParser) -> None:
@@ -103,6 +118,18 @@ def _parse(argv: list[str]) -> tuple[str, argparse.Namespace]:
             parser.add_argument("kind", metavar="KIND", help="CamelCase, e.g. Gizmo")
             parser.add_argument("--group", help="its API group (default: the project's)")
             parser.add_argument("--version", default="v1", help="its API version (default v1)")
+        elif command == "add-version":
+            parser.description = ("Add an API version to a kind of the project: its class, a "
+                                  "sample and a test converting both ways, and the kind's "
+                                  "conversion webhook; the manifests are regenerated.")
+            parser.add_argument("kind", metavar="KIND", help="a kind of the project")
+            parser.add_argument("--version", required=True,
+                                help="the new version, e.g. v2 or v1beta1")
+            parser.add_argument("--storage", action="store_true",
+                                help="store this version in etcd (default: the first one)")
+            parser.add_argument("--dir", default=".",
+                                help="the project (default: the current folder)")
+            return command, parser.parse_args(rest)
         else:
             parser.description = ("Add a validating and/or mutating webhook to a kind of the "
                                   "project, registered with the Operator; the manifests are "
@@ -113,7 +140,8 @@ def _parse(argv: list[str]) -> tuple[str, argparse.Namespace]:
     parser = argparse.ArgumentParser(
         prog=PROG, description="Start a new operator project.",
         epilog=f"then, in the project: {PROG} add-kind KIND [--validate] [--mutate]; "
-        f"{PROG} add-webhook KIND --validate --mutate (see --help of each)")
+        f"{PROG} add-webhook KIND --validate --mutate; {PROG} add-version KIND --version v2 "
+        "(see --help of each)")
     parser.add_argument("name", help="project name, e.g. my-operator")
     parser.add_argument("--group", required=True, help="API group, e.g. my.example.com")
     parser.add_argument("--kind", required=True, help="the custom resource's kind, e.g. Widget")
@@ -129,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
         if command == "add-kind":
             written = add_kind(Path(args.dir), args.kind, group=args.group,
                                version=args.version, webhooks=_hooks(args))
+        elif command == "add-version":
+            written = add_version(Path(args.dir), args.kind, args.version,
+                                  storage=args.storage)
         elif command == "add-webhook":
             written = add_webhook(Path(args.dir), args.kind, _hooks(args))
         else:

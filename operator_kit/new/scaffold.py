@@ -32,9 +32,9 @@ import yaml
 from operator_kit.api.names import GROUP as GROUP_PATTERN
 from operator_kit.api.rbac import guess_plural
 
-__all__ = ["FILES", "KIND_FILES", "LAYOUT", "WEBHOOK_FILES", "Kind", "Project",
-           "ScaffoldError", "add_kind", "add_webhook", "generate", "read_template",
-           "registry_source", "render"]
+__all__ = ["CONVERSION_FILES", "FILES", "KIND_FILES", "LAYOUT", "VERSION_FILES",
+           "WEBHOOK_FILES", "Kind", "Project", "ScaffoldError", "add_kind", "add_version",
+           "add_webhook", "generate", "read_template", "registry_source", "render"]
 
 LAYOUT = "operator_kit.new/v1"
 """The ``layout`` of a ``PROJECT`` file this starter can add to."""
@@ -56,6 +56,7 @@ FILES = {
     "config/default/kustomization.yaml": "config/default/kustomization.yaml.tmpl",
     "{{package}}/__init__.py": "package/__init__.py.tmpl",
     "{{package}}/__main__.py": "package/__main__.py.tmpl",
+    "tests/conftest.py": "tests/conftest.py.tmpl",
     "tests/test_manifests.py": "tests/test_manifests.py.tmpl",
     "tests/test_e2e.py": "tests/test_e2e.py.tmpl",
 }
@@ -65,6 +66,14 @@ KIND_FILES = {
     "tests/test_{{module}}.py": "kind/test_kind.py.tmpl",
     "config/samples/{{group}}_{{version}}_{{singular}}.yaml": "kind/sample.yaml.tmpl",
 }
+# Per added version of a kind: its class, the test converting both ways, a sample.
+VERSION_FILES = {
+    "{{package}}/{{module}}_{{new_version}}.py": "kind/version.py.tmpl",
+    "tests/test_{{module}}_{{new_version}}.py": "kind/test_version.py.tmpl",
+    "config/samples/{{group}}_{{new_version}}_{{singular}}.yaml": "kind/version_sample.yaml.tmpl",
+}
+# Per kind with more than one version (written with its first added one): its converter.
+CONVERSION_FILES = {"{{package}}/{{module}}_conversion.py": "webhook/conversion.py.tmpl"}
 # Per webhook (``validate`` or ``mutate``) of a kind: its handler and their test.
 WEBHOOK_FILES = {
     "validate": {"{{package}}/{{module}}_validation.py": "webhook/validation.py.tmpl",
@@ -75,6 +84,7 @@ WEBHOOK_FILES = {
 _HANDLERS = {"validate": ("validation", "validate"), "mutate": ("defaulting", "default")}
 
 _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
+_VERSION = re.compile(r"v[1-9]\d*((alpha|beta)[1-9]\d*)?")
 _EXECUTABLE = (".sh",)
 _LINE = 100  # the generated project's ruff line-length
 
@@ -91,6 +101,8 @@ class Kind:
     group: str
     version: str = "v1"
     webhooks: list[str] = field(default_factory=list)
+    versions: list[str] = field(default_factory=list)
+    """The versions added to it (``add-version``), besides `version`."""
 
     @property
     def module(self) -> str:
@@ -114,11 +126,11 @@ class Project:
 
     def values(self, kind: Kind | None = None) -> dict[str, str]:
         """The placeholders' values, for the project and (given) one of its kinds."""
-        from operator_kit.new.source import operator_kit_source
+        from operator_kit.new.source import compatible_requirement, operator_kit_source
 
         source = operator_kit_source()
         values = {"name": self.name, "package": self.package, "group": self.group,
-                  "operator_kit": source,
+                  "operator_kit": source, "operator_kit_requirement": compatible_requirement(),
                   # CI can fetch only a URL (git+https://..., https://...whl), no local path
                   "operator_kit_ci": source if source.startswith("operator_kit @ ") else ""}
         if kind is not None:
@@ -133,7 +145,9 @@ class Project:
         """Write ``PROJECT``."""
         data = {"layout": LAYOUT, "projectName": self.name, "group": self.group,
                 "resources": [{"kind": k.kind, "group": k.group, "version": k.version,
-                               "webhooks": list(k.webhooks)} for k in self.kinds]}
+                               "webhooks": list(k.webhooks),
+                               **({"versions": list(k.versions)} if k.versions else {})}
+                              for k in self.kinds]}
         text = ("# Written by python -m operator_kit.new; its add-kind and add-webhook "
                 "read and extend it.\n" + yaml.safe_dump(data, sort_keys=False))
         (self.directory / "PROJECT").write_text(text)
@@ -152,7 +166,8 @@ class Project:
             if data.get("layout") != LAYOUT:
                 raise ScaffoldError(f"{path} has layout {data.get('layout')!r}, not "
                                     f"{LAYOUT!r}: {hint}")
-            kinds = [Kind(r["kind"], r["group"], r["version"], list(r.get("webhooks", [])))
+            kinds = [Kind(r["kind"], r["group"], r["version"], list(r.get("webhooks", [])),
+                          list(r.get("versions", [])))
                      for r in data.get("resources") or []]
             return cls(directory, data["projectName"], data["group"], kinds)
         except (yaml.YAMLError, AttributeError, KeyError, TypeError) as err:
@@ -183,16 +198,23 @@ def registry_source(project: Project) -> str:
     package = project.package
     modules = sorted({k.module for k in project.kinds}
                      | {f"{k.module}_{_HANDLERS[w][0]}" for k in project.kinds
-                        for w in k.webhooks})
+                        for w in k.webhooks}
+                     | {f"{k.module}_{v}" for k in project.kinds for v in k.versions}
+                     | {f"{k.module}_conversion" for k in project.kinds if k.versions})
     imports = f"from {package} import {', '.join(modules)}"
     if len(imports) > _LINE:
         imports = f"from {package} import (\n" + "".join(f"    {m},\n" for m in modules) + ")"
     kinds = "".join(f"    {k.module}.{k.kind},\n" for k in project.kinds)
     controllers = "".join(f"        {k.module}.{k.kind}Controller(),\n" for k in project.kinds)
+    versions = "".join(f"    {k.module}_{v}.{k.kind}{v.capitalize()},\n"
+                       for k in project.kinds for v in k.versions)
     registrations = "".join(
         f"    webhooks.{hook}({k.module}.{k.kind}, \"/{hook}-{k.kind.lower()}\")"
         f"({k.module}_{_HANDLERS[hook][0]}.{_HANDLERS[hook][1]})\n"
         for k in project.kinds for hook in ("validate", "mutate") if hook in k.webhooks)
+    registrations += "".join(
+        f"    webhooks.convert(\"/convert-{k.kind.lower()}\", kind={k.module}.{k.kind})"
+        f"({k.module}_conversion.convert)\n" for k in project.kinds if k.versions)
     return (
         '"""The kinds, controllers and webhooks `python -m operator_kit.new` wrote.\n\n'
         "Written from PROJECT by the starter: do not edit. ``add-kind`` and ``add-webhook``\n"
@@ -202,7 +224,11 @@ def registry_source(project: Project) -> str:
         "from typing import Any\n\n"
         "from operator_kit import Controller, CustomResource, Webhooks\n\n"
         f"{imports}\n\n"
-        f"KINDS: list[type[CustomResource]] = [\n{kinds}]\n\n\n"
+        f"KINDS: list[type[CustomResource]] = [\n{kinds}]\n"
+        + ("# The versions add-version added (each a class of the kind's): the CRDs hold "
+           f"them.\nVERSIONS: list[type[CustomResource]] = [\n{versions}]\n" if versions
+           else "")
+        + "\n\n"
         "def controllers() -> list[Controller[Any]]:\n"
         '    """A new controller of each kind."""\n'
         f"    return [\n{controllers}    ]\n\n\n"
@@ -263,6 +289,43 @@ def check_group(group: str) -> None:
                             "my.example.com")
 
 
+def check_version(version: str) -> None:
+    """`ScaffoldError` unless `version` is a Kubernetes API version name."""
+    if not _VERSION.fullmatch(version):
+        raise ScaffoldError(f"version {version!r} must be a Kubernetes API version: v, a "
+                            "number, then alpha or beta and a number, e.g. v2 or v2beta1")
+
+
+def add_version(directory: Path, kind: str, version: str, *,
+                storage: bool = False) -> list[Path]:
+    """Add `version` to `kind` of the project in `directory`: its class (served; the
+    storage version if `storage`), a sample, a test converting both ways, and the first
+    time the kind's converter, registered as a conversion webhook; the paths written."""
+    project = Project.load(directory)
+    check_version(version)
+    target = project.find(kind)
+    if target is None:
+        known = ", ".join(k.kind for k in project.kinds) or "none"
+        raise ScaffoldError(f"the project has no kind {kind} (it has: {known}); add it first "
+                            f"with add-kind {kind}")
+    if version == target.version or version in target.versions:
+        have = [target.version, *target.versions]
+        following = max(int(re.sub(r"\D.*", "", v[1:]) or 0) for v in have) + 1
+        raise ScaffoldError(f"{kind} has a version {version} already (it has: "
+                            f"{', '.join(have)}); choose another, e.g. v{following}")
+    registry = _check_registry(project)
+    storage_note = ("this one (add-version --storage)." if storage else
+                    f"{target.version}, the kind's first. Set True here to store\n    # this "
+                    "one instead, then migrate what is stored (docs/how-to/versions.md).")
+    values = dict(project.values(target), new_version=version,
+                  class_suffix=version.capitalize(), storage=str(storage),
+                  storage_note=storage_note)
+    files = dict(VERSION_FILES, **(CONVERSION_FILES if not target.versions else {}))
+    written = _write(project, files, values)
+    target.versions.append(version)
+    return written + _update(project, registry)
+
+
 def add_kind(directory: Path, kind: str, *, group: str | None = None, version: str = "v1",
              webhooks: tuple[str, ...] = ()) -> list[Path]:
     """Add `kind` (its type and controller, a test, a sample) to the project in
@@ -270,9 +333,7 @@ def add_kind(directory: Path, kind: str, *, group: str | None = None, version: s
     project = Project.load(directory)
     check_kind(kind)
     check_group(group or project.group)
-    if not re.fullmatch(r"v\d+((alpha|beta)\d+)?", version):
-        raise ScaffoldError(f"version {version!r} must be a Kubernetes API version, e.g. v1 "
-                            "or v1alpha1")
+    check_version(version)
     existing = project.find(kind)
     if existing is not None:
         raise ScaffoldError(f"kind {kind} exists already ({existing.group}/{existing.version}"

@@ -1,15 +1,33 @@
-"""Where operator_kit comes from (`operator_kit_source`), for ``make wheels`` of a project."""
+"""Where operator_kit comes from (`operator_kit_source`), for ``make wheels`` of a project,
+and which of its releases a project depends on (`compatible_requirement`)."""
 
 from __future__ import annotations
 
 import importlib.metadata
 import json
+import re
 import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-__all__ = ["operator_kit_source", "source_of"]
+__all__ = ["compatible_requirement", "operator_kit_source", "source_of"]
+
+
+def compatible_requirement(version: str | None = None) -> str:
+    """The requirement of a generated project on operator_kit: from `version` (default:
+    this operator_kit's, ``operator_kit._version``) up to the next release SemVer lets
+    break it: ``>=0.2.1,<0.3`` before 1.0 (a minor release may), ``>=1.4.0,<2`` after."""
+    if version is None:
+        from operator_kit._version import __version__
+
+        version = __version__
+    found = re.match(r"(\d+)\.(\d+)", version)
+    if found is None:
+        raise ValueError(f"operator_kit version {version!r} is not MAJOR.MINOR[.PATCH]")
+    major, minor = int(found.group(1)), int(found.group(2))
+    upper = f"{major}.{minor + 1}" if major == 0 else f"{major + 1}"
+    return f"operator_kit>={version},<{upper}"
 
 
 def operator_kit_source() -> str:

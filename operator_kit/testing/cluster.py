@@ -14,7 +14,7 @@ import secrets
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -25,6 +25,7 @@ from kubernetes.client.exceptions import ApiException
 from operator_kit.client.transport import Api, api_client
 
 if TYPE_CHECKING:
+    from operator_kit.api.resources import CustomResource
     from operator_kit.operator import Operator
 
 T = TypeVar("T")
@@ -105,8 +106,13 @@ class Namespace:
         resource = self.cluster.api.resource_for(api_version, kind)
         return list(self.cluster.api.get(resource.path(self.name), **query)["items"])
 
-    def delete(self, wait: bool = False, timeout: float = 60.0) -> None:
-        """Delete the namespace (and so everything in it); optionally wait until it is gone."""
+    def delete(self, wait: bool = False, timeout: float = 60.0,
+               kinds: Sequence[type[CustomResource]] = ()) -> None:
+        """Delete the namespace (and so everything in it); optionally wait until it is gone.
+
+        When it is still there after `timeout`, the AssertionError says why: the
+        namespace's own conditions (which finalizers, of which kinds) and each object of
+        `kinds` still in it, with its finalizers and how to remove them."""
         core = client.CoreV1Api(self.cluster.client)
         try:
             core.delete_namespace(self.name)
@@ -114,11 +120,33 @@ class Namespace:
             if err.status != 404:
                 raise
         if wait:
-            eventually(
-                timeout,
-                lambda: not self.cluster.exists(f"/api/v1/namespaces/{self.name}"),
-                message=f"namespace {self.name} finishing deletion",
-            )
+            try:
+                eventually(
+                    timeout,
+                    lambda: not self.cluster.exists(f"/api/v1/namespaces/{self.name}"),
+                    message=f"namespace {self.name} finishing deletion",
+                )
+            except AssertionError as err:
+                raise AssertionError(f"{err}; {self._why_stuck(kinds)}") from None
+
+    def _why_stuck(self, kinds: Sequence[type[CustomResource]]) -> str:
+        from operator_kit.client.uninstall import Leftover, finalizer_patch_command
+
+        namespace = self.cluster.api.get_or_none(f"/api/v1/namespaces/{self.name}") or {}
+        reasons = [c.get("message", c["type"]) for c in
+                   namespace.get("status", {}).get("conditions", [])
+                   if c.get("status") == "True"]
+        left = [Leftover(kind.kind, kind.plural, kind.group, self.name,
+                         item["metadata"]["name"],
+                         tuple(item["metadata"].get("finalizers") or ()))
+                for kind in kinds
+                for item in self.list(kind.api_version(), kind.kind)]
+        lines = [leftover.describe() for leftover in left]
+        if left:
+            lines.append("the operator removes its finalizers while it runs: delete such "
+                         "objects before stopping it, or drop one by hand (its cleanup "
+                         f"skipped): {finalizer_patch_command(left[0])}")
+        return "; ".join(reasons + lines) or "nothing in it names a cause"
 
 
 class TestCluster:
@@ -205,7 +233,10 @@ class TestCluster:
                     return True
                 raise
 
-        eventually(timeout, not_terminating, message=f"CRD {name} being deleted is gone")
+        try:
+            eventually(timeout, not_terminating, message=f"CRD {name} being deleted is gone")
+        except AssertionError as err:
+            raise AssertionError(f"{err}; {self._held(definition)}") from None
         self.api.apply(definition, field_manager=FIELD_MANAGER)
         group = definition["spec"]["group"]
         plural = definition["spec"]["names"]["plural"]
@@ -230,6 +261,20 @@ class TestCluster:
 
         eventually(timeout, served, message=f"CRD {name} served")
         return crd
+
+    def _held(self, definition: Mapping[str, Any]) -> str:
+        """What holds a CRD being deleted: the objects of its kind still there."""
+        from operator_kit.client.uninstall import Leftover, custom_kinds
+
+        [(group, version, plural, kind)] = custom_kinds([definition])
+        listing = self.api.get_or_none(f"/apis/{group}/{version}/{plural}") or {}
+        held = [Leftover(kind, plural, group, i["metadata"].get("namespace"),
+                         i["metadata"]["name"], tuple(i["metadata"].get("finalizers") or ()))
+                for i in listing.get("items", [])]
+        if not held:
+            return "no object of it is left"
+        return ("; ".join(h.describe() for h in held) + ": an operator stopped before they "
+                "were deleted never removes their finalizers")
 
 
 @contextmanager

@@ -201,6 +201,24 @@ class LocalDeployment:
         self._delete([d for d in reversed(self.documents)
                       if not d["metadata"].get("namespace") and d["kind"] != "Namespace"])
 
+    def delete_custom_resources(self, timeout: float = 60.0) -> None:
+        """Delete every object of the deployment's kinds, in every namespace, wait until
+        they are gone, then delete their CRDs (`operator_kit.client.uninstall`, as
+        ``--uninstall`` does). Call it while the replicas still run: their cleanups remove
+        the finalizers; deleted after them, an object with a finalizer stays, and so do its
+        CRD and namespace. AssertionError naming each object left after `timeout`."""
+        from operator_kit.client.uninstall import finalizer_patch_command, uninstall
+
+        crds = [d for d in self.documents if d["kind"] == "CustomResourceDefinition"]
+        outcome = uninstall(self.cluster.api, crds, timeout=timeout)
+        if outcome.leftovers:
+            running = "running" if any(r.alive() for r in self.replicas) else "not running"
+            raise AssertionError(
+                f"custom objects still there after {timeout:g}s, the replicas {running}: "
+                + "; ".join(o.describe() for o in outcome.leftovers)
+                + f". Fix the cleanup, or drop a finalizer by hand (its cleanup skipped): "
+                f"{finalizer_patch_command(outcome.leftovers[0])}")
+
     def unguard(self) -> None:
         """Delete the installation's admission policies (as an administrator may) and
         wait until the API server no longer enforces them."""

@@ -1,6 +1,7 @@
 """The generated Helm chart against the real API server: what ``helm template`` renders passes
 a server-side dry run, and ``helm install`` creates the operator in the release namespace
-(the plane has no kubelet: the Deployment is created, its pods never run), ``helm upgrade``
+(the plane has no kubelet: the Deployment is created, its pods never run) with the
+scheduling and pod metadata values set, ``helm upgrade``
 changes it, a second installation in another namespace is refused, and ``helm uninstall``
 removes all but the CRDs (kept, as the chart says).
 
@@ -25,7 +26,7 @@ from operator_kit.localcluster import find_or_build
 from operator_kit.manifests import write_helm_chart
 from operator_kit.testing import Namespace, TestCluster, eventually
 from operator_kit.webhooks.server import AdmissionRequest
-from tests.unit.test_helm import run_helm
+from tests.unit.test_helm import SCHEDULING, run_helm
 from tests.unit.test_helm_chart import report_operator
 
 
@@ -103,11 +104,15 @@ def chart(tmp_path: Path) -> Path:
                                  "--set", "certificate.secret=gizmo-tls", "--set", "replicas=1"]),
     (report_operator(), "reports:operator", []),
     (report_operator(elects=True), "reports:operator", ["--set", "replicas=3"]),
-], ids=["webhooks", "webhooks-external-certificate", "no-webhooks", "no-webhooks-elected"])
+    (gizmo_operator, GIZMO_APP, ["-f", "SCHEDULING"]),
+], ids=["webhooks", "webhooks-external-certificate", "no-webhooks", "no-webhooks-elected",
+        "scheduling-values"])
 def test_the_rendered_chart_passes_a_server_side_dry_run(
         operator: Operator, app: str, flags: list[str], cluster: TestCluster,
         namespace: Namespace, kubectl: str, tmp_path: Path) -> None:
     write_helm_chart(tmp_path / "chart", operator, app=app, image="example.com/op:1.0.0")
+    (tmp_path / "scheduling.yaml").write_text(yaml.safe_dump(SCHEDULING))
+    flags = [str(tmp_path / "scheduling.yaml") if f == "SCHEDULING" else f for f in flags]
     rendered = run_helm("template", "rel", str(tmp_path / "chart"), "--namespace",
                         namespace.name, *flags, home=tmp_path).stdout
     done = subprocess.run([kubectl, "--kubeconfig", cluster.kubeconfig, "apply",
@@ -129,9 +134,16 @@ def installed(cluster: TestCluster, namespace: Namespace, chart: Path,
     # own a CRD that vanishes a moment later (and a second release would find none).
     eventually(120, lambda: cluster.api.get_or_none(GIZMO_CRD) is None,
                message="the previous test's Gizmo CRD gone")
+    # Scheduling and pod metadata a real cluster needs (no affinity: the chart's own
+    # anti-affinity of several replicas stays; no priorityClassName: a critical class is
+    # for kube-system).
+    values = tmp_path / "scheduling.yaml"
+    values.write_text(yaml.safe_dump({key: value for key, value in SCHEDULING.items()
+                                      if key not in ("affinity", "priorityClassName")}))
     try:
         run_helm("install", "rel", str(chart), "--namespace", namespace.name,
-                 "--kubeconfig", cluster.kubeconfig, "--set", "replicas=3", home=tmp_path)
+                 "--kubeconfig", cluster.kubeconfig, "--set", "replicas=3", "-f", str(values),
+                 home=tmp_path)
         yield namespace.name
     finally:
         run_helm("uninstall", "rel", "--namespace", namespace.name, "--kubeconfig",
@@ -150,6 +162,16 @@ def test_helm_install_creates_the_operator_in_the_release_namespace(
     assert (labels["app.kubernetes.io/managed-by"], labels["app.kubernetes.io/instance"],
             labels["app.kubernetes.io/version"]) == ("Helm", "rel", "1.2.3")
     assert deployment["metadata"]["annotations"]["meta.helm.sh/release-namespace"] == installed
+    pod = deployment["spec"]["template"]
+    for name in ("tolerations", "nodeSelector", "topologySpreadConstraints"):
+        assert pod["spec"][name] == SCHEDULING[name], name
+    assert "podAntiAffinity" in pod["spec"]["affinity"]
+    assert pod["metadata"]["labels"]["team"] == "storage"
+    assert pod["metadata"]["annotations"]["example.com/owner"] == "storage"
+    proxy, node = container["env"][-2:]  # the API server fills in fieldRef's apiVersion
+    assert proxy == SCHEDULING["extraEnv"][0]
+    assert (node["name"], node["valueFrom"]["fieldRef"]["fieldPath"]) == ("NODE",
+                                                                          "spec.nodeName")
     assert namespace.get("policy/v1", "PodDisruptionBudget", "gizmo-operator") is not None
     binding = cluster.api.get(f"{RBAC}/clusterrolebindings/gizmo-operator")
     assert binding["subjects"][0]["namespace"] == installed

@@ -65,6 +65,10 @@ def test_reconcile_once_runs_one_reconcile_with_the_finalizer_and_returns_its_ac
     assert reconcile_once(controller, cluster, "w", namespace.name) == Action.requeue(60)
     writes = {key: n for key, n in (request_counts() - before).items() if key[0] != "GET"}
     assert writes == {("PATCH", f"/api/v1/namespaces/{namespace.name}/configmaps/w"): 1}
+    # Deleted, it goes with its cleanup: no finalizer holds the namespace afterwards.
+    namespace.api.request("DELETE", widget_path(namespace, "w"))
+    assert reconcile_once(controller, cluster, "w", namespace) is None
+    assert not cluster.exists(widget_path(namespace, "w"))
 
 
 def test_reconcile_once_on_an_object_being_deleted_runs_cleanup_and_lets_it_go(
@@ -98,3 +102,21 @@ def test_reconcile_once_raises_what_reconcile_raised_and_checks_what_it_returns(
         reconcile_once(Raising(), cluster, "nothing", namespace)
     with pytest.raises(ValueError, match="Widget is namespaced"):
         reconcile_once(Raising(), cluster, "odd")
+
+
+def test_a_namespace_a_finalizer_holds_names_the_object_when_its_deletion_is_awaited(
+        cluster: TestCluster, namespace: Namespace) -> None:
+    """No operator runs to remove the finalizer: the wait fails naming the object, its
+    finalizer and the command that drops it; once dropped, the namespace goes."""
+    create_widget(namespace, "held", finalizers=[FINALIZER])
+    with pytest.raises(AssertionError) as stuck:
+        namespace.delete(wait=True, timeout=3, kinds=[Widget])
+    message = str(stuck.value)
+    assert f"namespace {namespace.name} finishing deletion did not hold within 3s" in message
+    assert f"Widget {namespace.name}/held is still there (finalizers {FINALIZER})" in message
+    assert (f"kubectl patch widgets.ctl.operator-kit.test held -n {namespace.name} "
+            "--type=merge") in message
+    namespace.api.request("PATCH", widget_path(namespace, "held"),
+                          body={"metadata": {"finalizers": None}},
+                          content_type="application/merge-patch+json")
+    namespace.delete(wait=True, timeout=60, kinds=[Widget])

@@ -82,6 +82,11 @@ def test_helm_lint_passes_the_generated_charts(tmp_path: Path) -> None:
         write_helm_chart(tmp_path / operator.name, operator, app=app)
         done = run_helm("lint", "--strict", str(tmp_path / operator.name), home=tmp_path)
         assert "1 chart(s) linted, 0 chart(s) failed" in done.stdout, done.stdout
+    # and with every scheduling and pod metadata value set
+    (tmp_path / "scheduling.yaml").write_text(yaml.safe_dump(SCHEDULING))
+    done = run_helm("lint", "--strict", str(tmp_path / backup_operator.name), "-f",
+                    str(tmp_path / "scheduling.yaml"), home=tmp_path)
+    assert "1 chart(s) linted, 0 chart(s) failed" in done.stdout, done.stdout
 
 
 def test_default_values_render_the_generators_documents_in_the_release_namespace(
@@ -179,6 +184,60 @@ def test_pull_policy_pull_secrets_resources_and_a_digest_reach_the_container(
     assert pod["imagePullSecrets"] == [{"name": "registry-credentials"}]
 
 
+SCHEDULING = {
+    "nodeSelector": {"kubernetes.io/os": "linux", "pool": "operators"},
+    "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "operators",
+                     "effect": "NoSchedule"}],
+    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "pool", "operator": "In", "values": ["operators"]}]}]}}},
+    "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                                   "whenUnsatisfiable": "ScheduleAnyway"}],
+    "priorityClassName": "system-cluster-critical",
+    "podLabels": {"team": "storage", "app.kubernetes.io/name": "not-the-selector"},
+    "podAnnotations": {"example.com/owner": "storage", "prometheus.io/scrape": "false"},
+    "extraEnv": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128"},
+                 {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+}
+"""Every scheduling and pod metadata value, set (tests/cluster/test_helm_cluster.py
+installs them)."""
+
+
+def test_scheduling_and_pod_metadata_values_reach_the_pod(tmp_path: Path) -> None:
+    write_helm_chart(tmp_path / "chart", backup_operator, app=BACKUP_APP)
+    values = tmp_path / "scheduling.yaml"
+    values.write_text(yaml.safe_dump(SCHEDULING))
+    docs = rendered(tmp_path / "chart", tmp_path, "-f", str(values), "--set", "replicas=2")
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    template = deployment["spec"]["template"]
+    pod = template["spec"]
+    for name in ("nodeSelector", "tolerations", "topologySpreadConstraints",
+                 "priorityClassName"):
+        assert pod[name] == SCHEDULING[name], name
+    assert pod["affinity"] == SCHEDULING["affinity"], "the given affinity replaces the default"
+    # the chart's own labels stay (the Deployment selects by them); annotations may change
+    assert template["metadata"]["labels"]["app.kubernetes.io/name"] == "backup-operator"
+    assert template["metadata"]["labels"]["team"] == "storage"
+    assert template["metadata"]["annotations"] == {
+        "example.com/owner": "storage", "prometheus.io/scrape": "false",
+        "prometheus.io/scheme": "https", "prometheus.io/port": "8443"}
+    env = pod["containers"][0]["env"]
+    assert env[-2:] == SCHEDULING["extraEnv"], "after the operator's own"
+    assert env[0]["name"] == "OPERATOR_KIT_APP"
+
+
+def test_without_scheduling_values_several_replicas_keep_the_anti_affinity(
+        tmp_path: Path) -> None:
+    write_helm_chart(tmp_path / "chart", backup_operator, app=BACKUP_APP)
+    docs = rendered(tmp_path / "chart", tmp_path, "--set", "replicas=2",
+                    "--set", "tolerations[0].operator=Exists")
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    assert "podAntiAffinity" in pod["affinity"]
+    assert pod["tolerations"] == [{"operator": "Exists"}]
+    assert not {"nodeSelector", "priorityClassName", "topologySpreadConstraints"} & set(pod)
+
+
 def test_an_operator_that_brings_its_own_certificate_renders_it_and_refuses_managed(
         tmp_path: Path) -> None:
     own = Operator("report-operator", [ReportController()],
@@ -214,8 +273,19 @@ def test_an_operator_that_brings_its_own_certificate_renders_it_and_refuses_mana
     (backup_operator, ["--set", "replica=3"], "additional properties 'replica' not allowed"),
     (backup_operator, ["--set", "replicas=-1"], "/replicas"),
     (backup_operator, ["--set", "namespace=Team_A"], "/namespace"),
+    (backup_operator, ["--set", "tolerations.key=dedicated"],
+     "at '/tolerations': got object, want array"),
+    (backup_operator, ["--set", "nodeSelector.zone=1"],
+     "at '/nodeSelector/zone': got number, want string"),
+    (backup_operator, ["--set", "extraEnv[0].value=x"], "/extraEnv/0"),
+    (backup_operator, ["--set", "affinity.nodeAfinity.x=y"],
+     "additional properties 'nodeAfinity' not allowed"),
+    (backup_operator, ["--set", "priorityClassName=High_Priority"], "/priorityClassName"),
+    (backup_operator, ["--set", "podLabels=team"], "at '/podLabels': got string, want object"),
 ], ids=["replicas-without-leader-election", "external-without-secret", "unknown-mode",
-        "unknown-value", "negative-replicas", "bad-namespace"])
+        "unknown-value", "negative-replicas", "bad-namespace", "tolerations-not-a-list",
+        "node-selector-number", "extra-env-without-name", "affinity-misspelt",
+        "bad-priority-class", "pod-labels-not-a-map"])
 def test_values_the_operator_cannot_run_with_fail_the_render_saying_why(
         operator: Operator, flags: list[str], message: str, tmp_path: Path) -> None:
     write_helm_chart(tmp_path / "chart", operator, app="op:operator")

@@ -164,6 +164,9 @@ def test_values_default_to_the_generator_settings() -> None:
         "image": {"repository": "example.com/backup", "tag": "", "pullPolicy": ""},
         "imagePullSecrets": [], "replicas": 3,
         "resources": deployment["spec"]["template"]["spec"]["containers"][0]["resources"],
+        "extraEnv": [], "podLabels": {}, "podAnnotations": {}, "nodeSelector": {},
+        "tolerations": [], "affinity": {}, "topologySpreadConstraints": [],
+        "priorityClassName": "",
         "certificate": {"mode": "external", "secret": "backup-tls",
                         "certificateName": "backup-cert"},
         "metrics": {"secure": False}}

@@ -1,5 +1,5 @@
-"""``python -m operator_kit.new add-kind / add-webhook``: new files only, the registry and
-PROJECT rewritten, and one-line refusals (exit 2) for what cannot be added.
+"""``python -m operator_kit.new add-kind / add-version / add-webhook``: new files only, the
+registry and PROJECT rewritten, and one-line refusals (exit 2) for what cannot be added.
 
 The added kind's and webhook's code passes the project's own make test and lint against a
 real API server in tests/cluster/test_starter.py.
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from operator_kit.new import Project, generate, main, registry_source
+from operator_kit.new import Project, compatible_requirement, generate, main, registry_source
 from operator_kit.new.scaffold import Kind
 
 
@@ -78,7 +78,55 @@ def test_add_webhook_adds_only_the_webhooks_asked_for(project: Path) -> None:
     assert paths == {"/mutate-gadget", "/mutate-gizmo"}
 
 
+def test_add_version_writes_the_version_its_converter_and_a_test_and_the_crd_serves_both(
+        project: Path) -> None:
+    before = snapshot(project)
+    assert main(["add-version", "Gadget", "--version", "v2", "--dir", str(project)]) == 0
+    after = snapshot(project)
+    assert set(after) - set(before) == {
+        "gadget_operator/gadget_v2.py", "gadget_operator/gadget_conversion.py",
+        "tests/test_gadget_v2.py", "config/samples/gadgets.starter.test_v2_gadget.yaml"}
+    changed = {path for path in before if before[path] != after.get(path)}
+    assert changed <= {"PROJECT", "gadget_operator/registry.py"} | {
+        p for p in before if p.startswith("config/base/")}
+    [gadget] = Project.load(project).kinds
+    assert (gadget.version, gadget.versions) == ("v1", ["v2"])
+    registry = after["gadget_operator/registry.py"]
+    assert "gadget_v2.GadgetV2," in registry
+    assert ('webhooks.convert("/convert-gadget", kind=gadget.Gadget)'
+            "(gadget_conversion.convert)") in registry
+    assert "class GadgetV2(CustomResource, version_of=Gadget):" in after[
+        "gadget_operator/gadget_v2.py"]
+    [crd] = [d for d in yaml.safe_load_all(after["config/base/crds.yaml"])]
+    versions = {v["name"]: (v["served"], v["storage"]) for v in crd["spec"]["versions"]}
+    assert versions == {"v1": (True, True), "v2": (True, False)}
+    assert crd["spec"]["conversion"]["webhook"]["clientConfig"]["service"]["path"] == \
+        "/convert-gadget"
+    # a third version: its class, sample and test; the kind's converter is written once
+    assert main(["add-version", "Gadget", "--version", "v3beta1", "--storage", "--dir",
+                 str(project)]) == 0
+    third = snapshot(project)
+    assert set(third) - set(after) == {
+        "gadget_operator/gadget_v3beta1.py", "tests/test_gadget_v3beta1.py",
+        "config/samples/gadgets.starter.test_v3beta1_gadget.yaml"}
+    [crd] = [d for d in yaml.safe_load_all(third["config/base/crds.yaml"])]
+    assert {v["name"] for v in crd["spec"]["versions"] if v["storage"]} == {"v3beta1"}
+
+
+def test_each_kind_has_a_ready_printer_column(project: Path) -> None:
+    [crd] = [d for d in yaml.safe_load_all((project / "config/base/crds.yaml").read_text())]
+    columns = {c["name"]: c for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]}
+    assert columns["Ready"]["jsonPath"] == '.status.conditions[?(@.type=="Ready")].status'
+    assert columns["Reason"]["priority"] == 1
+    assert "Age" in columns
+
+
 @pytest.mark.parametrize(("argv", "message"), [
+    (["add-version", "Gadget", "--version", "v1"],
+     "Gadget has a version v1 already (it has: v1); choose another, e.g. v2"),
+    (["add-version", "Gadget", "--version", "2"], "must be a Kubernetes API version"),
+    (["add-version", "Gadget", "--version", "v2gamma1"], "must be a Kubernetes API version"),
+    (["add-version", "Gizmo", "--version", "v2"], "the project has no kind Gizmo"),
     (["add-kind", "Gadget"], "kind Gadget exists already"),
     (["add-kind", "gizmo"], "must be CamelCase"),
     (["add-kind", "Gizmo", "--group", "nodots"], "must be a DNS name"),
@@ -95,6 +143,34 @@ def test_what_cannot_be_added_is_refused_in_one_line_and_nothing_changes(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: ") and message in err, err
     assert snapshot(project) == before
+
+
+def test_a_version_added_twice_is_refused_the_second_time_and_nothing_changes(
+        project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["add-version", "Gadget", "--version", "v2", "--dir", str(project)]) == 0
+    capsys.readouterr()
+    before = snapshot(project)
+    assert main(["add-version", "Gadget", "--version", "v2", "--dir", str(project)]) == 2
+    err = capsys.readouterr().err
+    assert err == ("error: Gadget has a version v2 already (it has: v1, v2); choose another, "
+                   "e.g. v3\n")
+    assert snapshot(project) == before
+
+
+def test_the_project_depends_on_the_operator_kit_releases_compatible_with_this_one(
+        project: Path) -> None:
+    from operator_kit._version import __version__
+
+    pyproject = (project / "pyproject.toml").read_text()
+    assert f'dependencies = ["{compatible_requirement(__version__)}"]' in pyproject
+
+
+@pytest.mark.parametrize(("version", "requirement"), [
+    ("0.1.0", "operator_kit>=0.1.0,<0.2"), ("0.2.3", "operator_kit>=0.2.3,<0.3"),
+    ("0.3.0rc1", "operator_kit>=0.3.0rc1,<0.4"), ("1.4.0", "operator_kit>=1.4.0,<2")])
+def test_the_requirement_stops_before_the_next_release_semver_lets_break_it(
+        version: str, requirement: str) -> None:
+    assert compatible_requirement(version) == requirement
 
 
 def test_a_folder_that_is_not_a_generated_project_is_refused(

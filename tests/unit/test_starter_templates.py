@@ -19,8 +19,10 @@ import pytest
 import yaml
 
 from operator_kit.new import (
+    CONVERSION_FILES,
     FILES,
     KIND_FILES,
+    VERSION_FILES,
     WEBHOOK_FILES,
     Project,
     generate,
@@ -66,7 +68,8 @@ def test_each_template_is_package_data_and_written_once() -> None:
             else:
                 shipped.add(f"{prefix}{entry.name}")
     per_project = list(FILES.values()) + list(KIND_FILES.values()) + [
-        template for files in WEBHOOK_FILES.values() for template in files.values()]
+        template for files in WEBHOOK_FILES.values() for template in files.values()] + list(
+        VERSION_FILES.values()) + list(CONVERSION_FILES.values())
     assert shipped == set(per_project)
     assert len(shipped) == len(per_project)  # one template per file written
     # No dotfile (``.gitignore`` is gitignore.tmpl): a glob or a tool may skip hidden names.
