@@ -6,6 +6,7 @@ Three commands, as kubebuilder's ``init``, ``create api`` and ``create webhook``
     python -m operator_kit.new add-kind KIND [--group GROUP] [--version V] [--validate] [--mutate]
     python -m operator_kit.new add-webhook KIND [--validate] [--mutate]
     python -m operator_kit.new add-version KIND --version V [--storage]
+    python -m operator_kit.new add-controller --for GROUP/VERSION/KIND
 
 The first writes what a kubebuilder user expects, in Python; its tests, lint and manifests
 pass at once::
@@ -43,8 +44,14 @@ storage version with ``--storage``), a sample, a test converting both ways throu
 conversion webhook, and with the kind's first added version ``PACKAGE/KIND_conversion.py``,
 the converter registry.py registers.
 
-``add-kind``, ``add-version`` and ``add-webhook`` (run in the project, or give ``--dir``)
-write new files only, rewrite ``PACKAGE/registry.py`` and ``PROJECT``
+``add-controller --for apps/v1/Deployment`` adds a controller of a kind the project does
+not define — a built-in kind, or another team's custom resource
+(``--for cert-manager.io/v1/Certificate``): ``PACKAGE/KIND_controller.py``, its test (one
+reconcile against the real API server; for another team's kind, with a stand-in CRD the
+test installs) and, through the regenerated manifests, exactly its RBAC; no CRD.
+
+``add-kind``, ``add-version``, ``add-controller`` and ``add-webhook`` (run in the project,
+or give ``--dir``) write new files only, rewrite ``PACKAGE/registry.py`` and ``PROJECT``
 (`operator_kit.new.scaffold` says how a hand edit there is refused rather than lost), and
 regenerate ``config/base``. They refuse, with one line and exit code 2 and nothing
 written, a folder that is not such a project, a kind that exists (or is missing), a
@@ -69,6 +76,7 @@ import sys
 from pathlib import Path
 
 from operator_kit.new.scaffold import (
+    CONTROLLER_FILES,
     CONVERSION_FILES,
     FILES,
     KIND_FILES,
@@ -76,6 +84,7 @@ from operator_kit.new.scaffold import (
     WEBHOOK_FILES,
     Project,
     ScaffoldError,
+    add_controller,
     add_kind,
     add_version,
     add_webhook,
@@ -86,13 +95,14 @@ from operator_kit.new.scaffold import (
 )
 from operator_kit.new.source import compatible_requirement, operator_kit_source, source_of
 
-__all__ = ["CONVERSION_FILES", "FILES", "KIND_FILES", "VERSION_FILES", "WEBHOOK_FILES",
-           "Project", "ScaffoldError", "add_kind", "add_version", "add_webhook",
+__all__ = ["CONTROLLER_FILES", "CONVERSION_FILES", "FILES", "KIND_FILES", "VERSION_FILES",
+           "WEBHOOK_FILES", "Project", "ScaffoldError", "add_controller", "add_kind",
+           "add_version", "add_webhook",
            "compatible_requirement", "generate", "main", "operator_kit_source",
            "read_template", "registry_source", "render", "source_of"]
 
 PROG = "python -m operator_kit.new"
-COMMANDS = ("add-kind", "add-version", "add-webhook")
+COMMANDS = ("add-kind", "add-version", "add-controller", "add-webhook")
 
 
 def _webhook_flags(parser: argparse.ArgumentParser) -> None:
@@ -118,6 +128,17 @@ def _parse(argv: list[str]) -> tuple[str, argparse.Namespace]:
             parser.add_argument("kind", metavar="KIND", help="CamelCase, e.g. Gizmo")
             parser.add_argument("--group", help="its API group (default: the project's)")
             parser.add_argument("--version", default="v1", help="its API version (default v1)")
+        elif command == "add-controller":
+            parser.description = ("Add a controller of a kind the project does not define "
+                                  "(a built-in kind, another team's custom resource): the "
+                                  "controller and its test; the manifests (its RBAC, no CRD) "
+                                  "are regenerated.")
+            parser.add_argument("--for", dest="for_kind", required=True, metavar="KIND",
+                                help="group/version/Kind, e.g. apps/v1/Deployment, "
+                                "v1/Namespace or cert-manager.io/v1/Certificate")
+            parser.add_argument("--dir", default=".",
+                                help="the project (default: the current folder)")
+            return command, parser.parse_args(rest)
         elif command == "add-version":
             parser.description = ("Add an API version to a kind of the project: its class, a "
                                   "sample and a test converting both ways, and the kind's "
@@ -160,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
         elif command == "add-version":
             written = add_version(Path(args.dir), args.kind, args.version,
                                   storage=args.storage)
+        elif command == "add-controller":
+            written = add_controller(Path(args.dir), args.for_kind)
         elif command == "add-webhook":
             written = add_webhook(Path(args.dir), args.kind, _hooks(args))
         else:

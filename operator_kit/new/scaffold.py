@@ -32,9 +32,10 @@ import yaml
 from operator_kit.api.names import GROUP as GROUP_PATTERN
 from operator_kit.api.rbac import guess_plural
 
-__all__ = ["CONVERSION_FILES", "FILES", "KIND_FILES", "LAYOUT", "VERSION_FILES",
-           "WEBHOOK_FILES", "Kind", "Project", "ScaffoldError", "add_kind", "add_version",
-           "add_webhook", "generate", "read_template", "registry_source", "render"]
+__all__ = ["CONTROLLER_FILES", "CONVERSION_FILES", "FILES", "FRAGMENTS", "KIND_FILES", "LAYOUT",
+           "SAMPLE_BODIES", "VERSION_FILES", "WEBHOOK_FILES", "Kind", "Primary", "Project",
+           "ScaffoldError", "add_controller", "add_kind", "add_version", "add_webhook",
+           "generate", "read_template", "registry_source", "render"]
 
 LAYOUT = "operator_kit.new/v1"
 """The ``layout`` of a ``PROJECT`` file this starter can add to."""
@@ -74,6 +75,13 @@ VERSION_FILES = {
 }
 # Per kind with more than one version (written with its first added one): its converter.
 CONVERSION_FILES = {"{{package}}/{{module}}_conversion.py": "webhook/conversion.py.tmpl"}
+# Per controller of a kind the project does not define (``add-controller --for``).
+CONTROLLER_FILES = {
+    "{{package}}/{{module}}.py": "controller/controller.py.tmpl",
+    "tests/test_{{module}}.py": "controller/test_controller.py.tmpl",
+}
+# Templates rendered into another file, not written alone: another team's stand-in CRD.
+FRAGMENTS = ("controller/stand_in_crd.py.tmpl",)
 # Per webhook (``validate`` or ``mutate``) of a kind: its handler and their test.
 WEBHOOK_FILES = {
     "validate": {"{{package}}/{{module}}_validation.py": "webhook/validation.py.tmpl",
@@ -111,6 +119,24 @@ class Kind:
 
 
 @dataclass
+class Primary:
+    """A controller of a kind the project does not define (``add-controller --for``): a
+    built-in kind or another team's custom resource, as ``PROJECT`` lists it."""
+
+    for_kind: str
+    """``group/version/Kind``, e.g. ``apps/v1/Deployment``."""
+
+    @property
+    def kind(self) -> str:
+        return self.for_kind.rpartition("/")[2]
+
+    @property
+    def module(self) -> str:
+        """Its module (``apps/v1/Deployment`` -> ``deployment_controller``)."""
+        return re.sub(r"(?<!^)(?=[A-Z])", "_", self.kind).lower() + "_controller"
+
+
+@dataclass
 class Project:
     """A generated project: what its ``PROJECT`` file says, and where it is."""
 
@@ -118,6 +144,7 @@ class Project:
     name: str
     group: str
     kinds: list[Kind] = field(default_factory=list)
+    primaries: list[Primary] = field(default_factory=list)
 
     @property
     def package(self) -> str:
@@ -148,6 +175,8 @@ class Project:
                                "webhooks": list(k.webhooks),
                                **({"versions": list(k.versions)} if k.versions else {})}
                               for k in self.kinds]}
+        if self.primaries:
+            data["controllers"] = [{"for": p.for_kind} for p in self.primaries]
         text = ("# Written by python -m operator_kit.new; its add-kind and add-webhook "
                 "read and extend it.\n" + yaml.safe_dump(data, sort_keys=False))
         (self.directory / "PROJECT").write_text(text)
@@ -169,7 +198,8 @@ class Project:
             kinds = [Kind(r["kind"], r["group"], r["version"], list(r.get("webhooks", [])),
                           list(r.get("versions", [])))
                      for r in data.get("resources") or []]
-            return cls(directory, data["projectName"], data["group"], kinds)
+            primaries = [Primary(str(c["for"])) for c in data.get("controllers") or []]
+            return cls(directory, data["projectName"], data["group"], kinds, primaries)
         except (yaml.YAMLError, AttributeError, KeyError, TypeError) as err:
             raise ScaffoldError(f"{path} does not read as a PROJECT file ({err!r}); "
                                 "restore it from version control") from None
@@ -200,12 +230,15 @@ def registry_source(project: Project) -> str:
                      | {f"{k.module}_{_HANDLERS[w][0]}" for k in project.kinds
                         for w in k.webhooks}
                      | {f"{k.module}_{v}" for k in project.kinds for v in k.versions}
-                     | {f"{k.module}_conversion" for k in project.kinds if k.versions})
+                     | {f"{k.module}_conversion" for k in project.kinds if k.versions}
+                     | {p.module for p in project.primaries})
     imports = f"from {package} import {', '.join(modules)}"
     if len(imports) > _LINE:
         imports = f"from {package} import (\n" + "".join(f"    {m},\n" for m in modules) + ")"
     kinds = "".join(f"    {k.module}.{k.kind},\n" for k in project.kinds)
     controllers = "".join(f"        {k.module}.{k.kind}Controller(),\n" for k in project.kinds)
+    controllers += "".join(f"        {p.module}.{p.kind}Controller(),\n"
+                           for p in project.primaries)
     versions = "".join(f"    {k.module}_{v}.{k.kind}{v.capitalize()},\n"
                        for k in project.kinds for v in k.versions)
     registrations = "".join(
@@ -349,6 +382,97 @@ def add_kind(directory: Path, kind: str, *, group: str | None = None, version: s
     for hook in webhooks:
         written += _write(project, WEBHOOK_FILES[hook], project.values(new))
         new.webhooks.append(hook)
+    return written + _update(project, registry)
+
+
+_CONTAINERS = {"containers": [{"name": "main", "image": "busybox:1.36"}]}
+_POD = {"metadata": {"labels": {"app": "test"}}, "spec": _CONTAINERS}
+_WORKLOAD = {"selector": {"matchLabels": {"app": "test"}}, "template": _POD}
+_JOB = {"template": {"spec": {"restartPolicy": "Never", **_CONTAINERS}}}
+# The spec (or data) of an object the API server accepts, for the generated test, by kind;
+# another built-in kind gets its metadata alone (fill in the rest: the test says 422).
+SAMPLE_BODIES: dict[str, dict[str, Any]] = {
+    "v1/ConfigMap": {"data": {"key": "value"}},
+    "v1/Secret": {"stringData": {"key": "value"}},
+    "v1/Service": {"spec": {"ports": [{"port": 80}]}},
+    "v1/Pod": {"spec": _CONTAINERS},
+    "apps/v1/Deployment": {"spec": _WORKLOAD},
+    "apps/v1/StatefulSet": {"spec": _WORKLOAD},
+    "apps/v1/DaemonSet": {"spec": _WORKLOAD},
+    "apps/v1/ReplicaSet": {"spec": _WORKLOAD},
+    "batch/v1/Job": {"spec": _JOB},
+    "batch/v1/CronJob": {"spec": {"schedule": "0 * * * *", "jobTemplate": {"spec": _JOB}}},
+    "networking.k8s.io/v1/NetworkPolicy": {"spec": {"podSelector": {}}},
+}
+
+
+def _literal(value: Any, indent: str = "") -> str:
+    """`value` (dicts, lists, str, bool) as a Python literal, one item a line, so the
+    generated project's lines stay short."""
+    inner = indent + "    "
+    if isinstance(value, dict) and value:
+        items = "".join(f"{inner}{k!r}: {_literal(v, inner)},\n" for k, v in value.items())
+        return "{\n" + items + indent + "}"
+    if isinstance(value, list) and value:
+        return "[\n" + "".join(f"{inner}{_literal(v, inner)},\n" for v in value) + indent + "]"
+    return repr(value)
+
+
+def _stand_in_crd(group: str, version: str, kind: str) -> str:
+    """The generated test's module fixture that installs a stand-in for another team's
+    CRD (any fields, a status subresource), as that team would, and removes it after."""
+    plural = guess_plural(kind)
+    crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+           "metadata": {"name": f"{plural}.{group}"},
+           "spec": {"group": group, "scope": "Namespaced",
+                    "names": {"plural": plural, "singular": kind.lower(), "kind": kind},
+                    "versions": [{"name": version, "served": True, "storage": True,
+                                  "subresources": {"status": {}},
+                                  "schema": {"openAPIV3Schema": {
+                                      "type": "object",
+                                      "x-kubernetes-preserve-unknown-fields": True}}}]}}
+    return render(read_template(FRAGMENTS[0]),
+                  {"group": group, "plural": plural,
+                   "crd": _literal(crd, "    ")})
+
+
+def add_controller(directory: Path, for_kind: str) -> list[Path]:
+    """Add a controller of `for_kind` (``group/version/Kind``: a built-in kind or another
+    team's custom resource, which the project does not define) to the project in
+    `directory`: the controller, its test (a stand-in CRD for another team's kind) and,
+    through the regenerated manifests, its RBAC; the paths written."""
+    from operator_kit.api.kinds import Kind as KindName
+
+    project = Project.load(directory)
+    try:
+        named = KindName.of(for_kind)
+    except ValueError as err:
+        raise ScaffoldError(f"--for {for_kind!r}: {err}") from None
+    check_kind(named.kind)
+    check_version(named.version)
+    if any(k.kind == named.kind and k.group == named.group for k in project.kinds):
+        raise ScaffoldError(f"{for_kind} is a kind of this project (add-kind {named.kind}): "
+                            "its controller is there already")
+    new = Primary(str(named))
+    if any(p.module == new.module for p in project.primaries):
+        raise ScaffoldError(f"the project has a controller of {named.kind} already "
+                            f"({project.package}/{new.module}.py); change that file instead")
+    registry = _check_registry(project)
+    built_in = named.built_in
+    body = {"apiVersion": named.api_version, "kind": named.kind,
+            **SAMPLE_BODIES.get(str(named), {} if built_in else {"spec": {}})}
+    namespaced = named.namespaced is not False
+    values = dict(project.values(), for_kind=str(named), kind=named.kind, module=new.module,
+                  class_name=f"{named.kind}Controller",
+                  controller_name=f"{named.kind.lower()}-controller",
+                  singular=re.sub(r"(?<!^)(?=[A-Z])", "_", named.kind).lower(),
+                  finalizer=f"{project.group}/cleanup",
+                  body=_literal(body),
+                  namespace_field=', "namespace": namespace.name' if namespaced else "",
+                  crd_fixture="" if built_in else _stand_in_crd(
+                      named.group, named.version, named.kind))
+    written = _write(project, CONTROLLER_FILES, values)
+    project.primaries.append(new)
     return written + _update(project, registry)
 
 

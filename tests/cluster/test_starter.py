@@ -84,14 +84,16 @@ def with_a_finalizer(project: Path) -> None:
 def test_a_project_with_a_finalizer_and_a_second_version_passes_its_make_targets(
         cluster: TestCluster, tmp_path: Path) -> None:
     """make test lint manifests deploy undeploy of a project that grew a second kind with
-    a finalizer (add-kind, then the user's cleanup) and a second version of it
-    (add-version), against the suite's API server: its own tests delete the finalizer's
-    objects while their operator runs and wait for every namespace; undeploy
-    (--uninstall) leaves nothing behind."""
+    a finalizer (add-kind, then the user's cleanup), a second version of it (add-version)
+    and a controller of Deployments (add-controller --for), against the suite's API
+    server: its own tests delete the finalizer's objects while their operator runs and
+    wait for every namespace; undeploy (--uninstall) leaves nothing behind."""
     project = new_project(tmp_path, "gadget-operator", "gadgets.starter.test", "Gadget")
     add(project, "add-kind", "Gizmo", "--group", "gizmos.starter.test")
     with_a_finalizer(project)
     add(project, "add-version", "Gizmo", "--version", "v2")
+    # A controller of a built-in kind: its test runs in make test, its RBAC in the deploy.
+    add(project, "add-controller", "--for", "apps/v1/Deployment")
     env = project_env(project, cluster)
     started = time.monotonic()
     # lint and test at once: the machine waits on the API server more than it computes.

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from operator_kit.api.kinds import Kind as KindName
 from operator_kit.new import Project, compatible_requirement, generate, main, registry_source
 from operator_kit.new.scaffold import Kind
 
@@ -209,3 +210,51 @@ def test_the_registry_imports_wrap_as_ruff_formats_them() -> None:
     source = registry_source(project)
     assert "from a_rather_long_operator_name import (\n    kind0,\n" in source
     assert all(len(line) <= 100 for line in source.splitlines())
+
+
+@pytest.mark.parametrize(("for_kind", "module", "stand_in"), [
+    ("apps/v1/Deployment", "deployment_controller", False),
+    ("v1/Namespace", "namespace_controller", False),
+    ("cert-manager.io/v1/Certificate", "certificate_controller", True),
+])
+def test_add_controller_writes_a_controller_of_a_kind_the_project_does_not_define(
+        project: Path, for_kind: str, module: str, stand_in: bool) -> None:
+    main(["add-controller", "--for", for_kind, "--dir", str(project)])
+    package = project / "gadget_operator"
+    source = (package / f"{module}.py").read_text()
+    assert f'resource = "{for_kind}"' in source
+    test = (project / "tests" / f"test_{module}.py").read_text()
+    assert ("def stand_in_crd(" in test) is stand_in  # another team's CRD: a stand-in
+    assert f"{module}." in (package / "registry.py").read_text()
+    assert f"for: {for_kind}" in (project / "PROJECT").read_text()
+    named = KindName.of(for_kind)
+    documents = [d for path in (project / "config" / "base").glob("*.yaml")
+                 for d in yaml.safe_load_all(path.read_text()) if d and d.get("kind")]
+    [role] = [d for d in documents if d["kind"] == "ClusterRole"
+              and d["metadata"]["name"] == "gadget-operator"]
+    verbs = [sorted(r["verbs"]) for r in role["rules"]
+             if r["resources"] == [named.resource_name] and r["apiGroups"] == [named.group]]
+    assert verbs == [["get", "list", "watch"]]  # read-only: no finalizer, no status
+    assert not [d for d in documents if d["kind"] == "CustomResourceDefinition"
+                and d["spec"]["group"] == named.group]
+
+
+@pytest.mark.parametrize(("for_kind", "says"), [
+    ("bad", "must read 'group/version/Kind'"),
+    ("apps/v1/deployment", "must be CamelCase"),
+    ("gadgets.starter.test/v1/Gadget", "is a kind of this project"),
+])
+def test_add_controller_refuses_what_it_cannot_write_in_one_line(
+        project: Path, for_kind: str, says: str, capsys: pytest.CaptureFixture[str]) -> None:
+    before = (project / "PROJECT").read_text()
+    assert main(["add-controller", "--for", for_kind, "--dir", str(project)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and len(err.splitlines()) == 1, err
+    assert (project / "PROJECT").read_text() == before
+
+
+def test_a_second_controller_of_the_same_kind_is_refused(
+        project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["add-controller", "--for", "apps/v1/Deployment", "--dir", str(project)]) == 0
+    assert main(["add-controller", "--for", "apps/v1/Deployment", "--dir", str(project)]) == 2
+    assert "has a controller of Deployment already" in capsys.readouterr().err

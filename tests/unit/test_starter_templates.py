@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from operator_kit.new import (
+    CONTROLLER_FILES,
     CONVERSION_FILES,
     FILES,
     KIND_FILES,
@@ -30,6 +31,7 @@ from operator_kit.new import (
     render,
     source_of,
 )
+from operator_kit.new.scaffold import FRAGMENTS
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +71,8 @@ def test_each_template_is_package_data_and_written_once() -> None:
                 shipped.add(f"{prefix}{entry.name}")
     per_project = list(FILES.values()) + list(KIND_FILES.values()) + [
         template for files in WEBHOOK_FILES.values() for template in files.values()] + list(
-        VERSION_FILES.values()) + list(CONVERSION_FILES.values())
+        VERSION_FILES.values()) + list(CONVERSION_FILES.values()) + list(
+        CONTROLLER_FILES.values()) + list(FRAGMENTS)
     assert shipped == set(per_project)
     assert len(shipped) == len(per_project)  # one template per file written
     # No dotfile (``.gitignore`` is gitignore.tmpl): a glob or a tool may skip hidden names.
