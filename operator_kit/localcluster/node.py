@@ -1,18 +1,19 @@
 """A node for the local plane (``up --node``): containerd, a bridge network and a kubelet.
 
-Everything the node keeps lives under the plane's folder::
+The node keeps its files under the plane's folder::
 
-    node/containerd/     containerd's config, root, state (network namespaces included),
-                         socket; ``restrict_oom_score_adj``: root here may not lower it
+    node/containerd/     containerd's config, root and state (network namespaces included);
+                         ``restrict_oom_score_adj``: root here may not lower it
     node/cni/            the bridge network's config and its address allocations
-    node/kubelet/        the kubelet's config, kubeconfig, certificates and root dir
+    node/kubelet/        the kubelet's config, kubeconfig and certificates
     node/pod-logs/       the pods' logs
 
 What cannot live there is named after the folder (`Node.ident`, 8 hex digits) so that
-`Node.teardown` finds it again: the bridge ``okb<ident>``, the pods' cgroups under
-``/operator-kit-<ident>`` in every cgroup hierarchy, the CNI network
-``operator-kit-<ident>`` (its cache files in /var/lib/cni), the NAT chain
-``OKIT-<ident>``. The kubelet's own iptables chains (``KUBE-FIREWALL``,
+`Node.teardown` finds it again: ``/run/operator-kit-<ident>/`` (containerd's sockets and
+the kubelet's root dir: a unix socket's path is at most 104 bytes), the bridge
+``okb<ident>``, the pods' cgroups under ``/operator-kit-<ident>`` in every cgroup
+hierarchy, the CNI network ``operator-kit-<ident>`` (its cache files in /var/lib/cni),
+the NAT chain ``OKIT-<ident>``. The kubelet's own iptables chains (``KUBE-FIREWALL``,
 ``KUBE-KUBELET-CANARY``, ``KUBE-IPTABLES-HINT``, IPv4 and IPv6) and the kernel settings
 it changes (`KERNEL_SETTINGS`, restored as found) are global: one node per machine.
 
@@ -79,11 +80,10 @@ class NodeError(RuntimeError):
 
 
 def apiserver_args(pki: Path) -> list[str]:
-    """What kube-apiserver adds in node mode: the Node authorizer for the kubelet, its
-    client certificate towards kubelets (logs, exec), kubelets reached at their
+    """What kube-apiserver adds in node mode (besides the Node authorizer before RBAC):
+    its client certificate towards kubelets (logs, exec), kubelets reached at their
     InternalIP (the bridge's address), and webhook Services called at their endpoints."""
-    return ["--authorization-mode=Node,RBAC",
-            f"--kubelet-client-certificate={pki / 'admin.crt'}",
+    return [f"--kubelet-client-certificate={pki / 'admin.crt'}",
             f"--kubelet-client-key={pki / 'admin.key'}",
             "--kubelet-preferred-address-types=InternalIP",
             "--enable-aggregator-routing=true"]
@@ -142,8 +142,14 @@ class Node:
     # -- paths -------------------------------------------------------------------------
 
     @property
+    def run_dir(self) -> Path:
+        """containerd's sockets and the kubelet's root (its sockets too): a short path, as
+        a unix socket's is at most 104 bytes."""
+        return Path(f"/run/operator-kit-{self.ident}")
+
+    @property
     def socket(self) -> Path:
-        return self.dir / "containerd" / "containerd.sock"
+        return self.run_dir / "containerd.sock"
 
     @property
     def kubelet_dir(self) -> Path:
@@ -159,8 +165,9 @@ class Node:
     def prepare(self, pki: Path) -> None:
         """Write the configs and certificates; make the bridge, the NAT chain and the
         pods' cgroup root; record the kernel settings the kubelet will change."""
-        for sub in ("containerd", "cni/net.d", "cni/ipam", "kubelet", "pod-logs"):
-            (self.dir / sub).mkdir(parents=True, exist_ok=True, mode=0o700)
+        for folder in (self.run_dir, *(self.dir / sub for sub in (
+                "containerd", "cni/net.d", "cni/ipam", "kubelet", "pod-logs"))):
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         settings = {k: _read(Path("/proc/sys") / k).strip() for k in KERNEL_SETTINGS}
         (self.dir / "kernel-settings.json").write_text(json.dumps(settings))
         self._write_containerd_config()
@@ -328,7 +335,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
             return [self.binaries["kubelet"],
                     f"--config={self.kubelet_dir / 'config.yaml'}",
                     f"--kubeconfig={self.kubelet_dir / 'kubeconfig'}",
-                    f"--root-dir={self.kubelet_dir / 'root'}",
+                    f"--root-dir={self.run_dir / 'kubelet'}",
                     f"--cert-dir={self.kubelet_dir / 'pki'}",
                     f"--hostname-override={NODE_NAME}",
                     f"--node-ip={self.node_ip}",
@@ -372,6 +379,10 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
         """Kill and delete every task of this node's containerd (its shims then exit),
         then any process left in the pods' cgroups."""
         if self.socket.exists():
+            # Every container and sandbox id, for the CNI cache files named after them.
+            ids = self.ctr("containers", "ls", "-q", timeout=30).stdout.split()
+            with open(self.dir / "container-ids", "a") as handle:
+                handle.writelines(f"{i}\n" for i in ids)
             listed = self.ctr("tasks", "ls", "-q", timeout=30)
             for task in listed.stdout.split():
                 self.ctr("tasks", "kill", "-a", "-s", "SIGKILL", task, timeout=30)
@@ -417,7 +428,8 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
         log links; restore the kernel settings. Returns what could not be removed."""
         left: list[str] = []
         self.kill_shims()
-        left += _unmount_under(self.plane_dir)
+        left += _unmount_under(self.plane_dir) + _unmount_under(self.run_dir)
+        shutil.rmtree(self.run_dir, ignore_errors=True)
         if Path(f"/sys/class/net/{self.bridge}").exists():
             if _run(["ip", "link", "del", self.bridge], check=False).returncode != 0:
                 left.append(f"bridge {self.bridge}")
@@ -436,12 +448,22 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
                     _rmdir(folder)
                 if not _rmdir(root):
                     left.append(f"cgroup {root}")
-        for cache in Path("/var/lib/cni/results").glob(f"{self.network}-*"):
-            cache.unlink(missing_ok=True)
+        ids = set(_read(self.dir / "container-ids").split())
+        results = Path("/var/lib/cni/results")  # <network>-<sandbox id>-<interface>
+        for cache in sorted(results.glob("*")) if results.is_dir() else []:
+            if cache.name.startswith(f"{self.network}-") or any(
+                    f"-{i}-" in cache.name for i in ids):
+                cache.unlink(missing_ok=True)
         logs = str(self.dir / "pod-logs")
         for link in Path("/var/log/containers").glob("*.log"):
             if link.is_symlink() and os.readlink(link).startswith(logs):
                 link.unlink(missing_ok=True)
+        # The kubelet's device-plugin socket ignores --root-dir; the shims' socket folder.
+        Path("/var/lib/kubelet/device-plugins/kubelet.sock").unlink(missing_ok=True)
+        for folder in (results, results.parent, Path("/var/log/containers"),
+                       Path("/var/lib/kubelet/device-plugins"), Path("/var/lib/kubelet"),
+                       Path("/run/containerd/s"), Path("/run/containerd")):
+            _rmdir(folder)  # made by the CNI plugins, the kubelet, containerd: if empty
         self._restore_kernel_settings()
         return left
 

@@ -389,7 +389,8 @@ class LocalCluster:
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 f"--service-account-key-file={pki / 'sa.pub'}",
                 f"--service-account-signing-key-file={pki / 'sa.key'}",
-                "--authorization-mode=RBAC",
+                # A node's kubelet is authorized as such (`node.apiserver_args`).
+                f"--authorization-mode={'Node,RBAC' if s.node else 'RBAC'}",
                 "--allow-privileged=true",
                 "--profiling=false",
                 "--v=1",

@@ -23,7 +23,12 @@ from backup_operator import operator
 from kubernetes.client.exceptions import ApiException
 
 from operator_kit.localcluster import LocalCluster
-from operator_kit.localcluster.node import KUBELET_CHAINS, NodeError, check_machine
+from operator_kit.localcluster.node import (
+    KERNEL_SETTINGS,
+    KUBELET_CHAINS,
+    NodeError,
+    check_machine,
+)
 from operator_kit.manifests import operator_manifests
 from operator_kit.testing import Namespace, TestCluster, eventually
 
@@ -66,8 +71,12 @@ def leftovers(plane: Path) -> dict[str, Any]:
         "links": set(os.listdir("/sys/class/net")),
         "iptables": {c for c in chains if "KUBE-" in c or "OKIT-" in c},
         "cgroups": {str(p) for p in Path("/sys/fs/cgroup").glob("*/operator-kit-*")},
-        "cni cache": {p.name for p in Path("/var/lib/cni/results").glob("operator-kit-*")}
+        "cni cache": {p.name for p in Path("/var/lib/cni/results").glob("*")}
         if Path("/var/lib/cni/results").exists() else set(),
+        "folders": {p for p in ("/var/lib/kubelet", "/var/lib/cni", "/run/containerd",
+                                "/var/log/containers", "/var/log/pods") if Path(p).exists()}
+        | {str(p) for p in Path("/run").glob("operator-kit-*")},
+        "kernel": {f"{k}={Path('/proc/sys', k).read_text().strip()}" for k in KERNEL_SETTINGS},
     }
 
 
@@ -136,6 +145,41 @@ def failover_and_eviction(cluster: TestCluster, namespace: Namespace) -> None:
     assert "disruption budget" in str(refused.value.body)
 
 
+def rolling_update(cluster: TestCluster, namespace: Namespace, path: str,
+                   replicas: int) -> None:
+    """A rollout of new Pods (the Deployment's own RollingUpdate strategy), with the
+    webhooks asked all along: no admission fails."""
+    def rolled_out() -> bool:
+        found = cluster.api.get(path)
+        status = found.get("status", {})
+        return bool(status.get("observedGeneration", 0) >= found["metadata"]["generation"]
+                    and status.get("updatedReplicas") == replicas
+                    and status.get("availableReplicas") == replicas
+                    and status.get("replicas") == replicas)
+    eventually(180, rolled_out, interval=1, message="the Deployment settled after the eviction")
+    cluster.api.request("PATCH", path, content_type="application/merge-patch+json", body={
+        "spec": {"template": {"metadata": {"annotations": {
+            "operator-kit.io/test-rollout": str(time.time())}}}}})
+    failures: list[str] = []
+    asked = 0
+    deadline = time.monotonic() + 300
+    while not rolled_out():
+        assert time.monotonic() < deadline, "the rollout did not finish within 300s"
+        try:
+            cluster.api.request(
+                "POST", f"/apis/example.com/v1/namespaces/{namespace.name}/backups",
+                query={"dryRun": "All"},
+                body={"apiVersion": "example.com/v1", "kind": "Backup",
+                      "metadata": {"name": f"during-rollout-{asked}"},
+                      "spec": {"database": "orders", "schedule": "0 5 * * *"}})
+        except ApiException as err:
+            failures.append(f"{err.status}: {err.body}")
+        asked += 1
+        time.sleep(0.2)
+    assert asked > 0 and not failures, f"{len(failures)} of {asked} admissions failed: " \
+        f"{failures[:3]}"
+
+
 def test_backup_operator_runs_as_pods_on_a_real_node(machine: None, tmp_path: Path) -> None:
     folder = tmp_path / "plane"
     before = leftovers(folder)
@@ -181,6 +225,7 @@ def test_backup_operator_runs_as_pods_on_a_real_node(machine: None, tmp_path: Pa
             eventually(90, lambda: namespace.get("batch/v1", "CronJob", "nightly"),
                        interval=1, message="the operator in its Pod made the CronJob")
             failover_and_eviction(cluster, namespace)
+            rolling_update(cluster, namespace, path, replicas)
         except (AssertionError, ApiException) as err:
             raise AssertionError(f"{err}\n{post_mortem(cluster, plane, 'backup-system')}") \
                 from None
