@@ -1,7 +1,9 @@
 """The Backup operator as real Pods on a real node: ``localcluster up --node``, its image
 built and loaded without a registry, its generated manifests applied unchanged, the Pods
 Ready through their probes, its webhooks called by the API server through the Service,
-and ``down`` leaving nothing behind.
+leader election across the two Pods (the leader's deleted), the PodDisruptionBudget
+refusing a second eviction, a rolling update with no failed admission, and ``down``
+leaving nothing behind.
 
 It starts a plane of its own (a node cannot be added to a running plane). Where this
 machine cannot run a node (not root, no overlayfs, a package missing) it is skipped with
@@ -178,6 +180,7 @@ def rolling_update(cluster: TestCluster, namespace: Namespace, path: str,
         time.sleep(0.2)
     assert asked > 0 and not failures, f"{len(failures)} of {asked} admissions failed: " \
         f"{failures[:3]}"
+    print(f"rolling update: {asked} dry-run admissions during the rollout, none failed")
 
 
 def test_backup_operator_runs_as_pods_on_a_real_node(machine: None, tmp_path: Path) -> None:
