@@ -375,7 +375,7 @@ def _upstream_gomod(go: str, module: str, version: str, env: dict[str, str]) -> 
 
 
 @contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def file_lock(path: Path) -> Iterator[None]:
     """An exclusive lock, so two processes never build the same thing at once."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as handle:
@@ -437,7 +437,7 @@ def _cached_build(
     done = target / ".complete"
     if done.exists():
         return target
-    with _locked(cache_dir() / f".{name}.lock"):
+    with file_lock(cache_dir() / f".{name}.lock"):
         if done.exists():  # another process built it while we waited
             return target
         go = _go()

@@ -41,6 +41,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from operator_kit.localcluster.binaries import file_lock
 from operator_kit.localcluster.node import PAUSE_IMAGE
 
 EPOCH = 0  # every file's mtime in a layer
@@ -195,33 +196,45 @@ def build_operator_image(project: Path, reference: str, out: Path, *,
     if sources is None:
         source = operator_kit_source()
         sources = [source] if source and source.resolve() != project.resolve() else []
-    with tempfile.TemporaryDirectory(prefix="operator-kit-rootfs-") as tmp:
-        root = Path(tmp) / "rootfs"
-        root.mkdir()
-        prefix = Path(sys.base_prefix)
-        _copy_python(prefix, root)
-        venv = root / VENV.lstrip("/")
-        _step(["venv", "--without-pip"],
-              [sys.executable, "-m", "venv", "--without-pip", str(venv)])
-        _step(["pip install"],
-              [sys.executable, "-m", "pip", "--disable-pip-version-check",
-               "--python", str(venv / "bin" / "python"), "install", "-q", "--no-compile",
-               *map(str, sources), str(project)])
-        _rewrite_shebangs(venv / "bin", str(venv), VENV)
-        _copy_libraries(root)
-        _write_etc(root)
-        _step(["compileall"],
-              [sys.executable, "-m", "compileall", "-q", "-j", "0",
-               "--invalidation-mode", "unchecked-hash", "-s", str(root), "-p", "/",
-               str(root / str(prefix).lstrip("/")), str(venv)])
-        path = f"{VENV}/bin:/usr/local/bin:/usr/bin:/bin"
-        return write_image(root, reference, out, {
-            "Env": [f"PATH={path}", f"VIRTUAL_ENV={VENV}", "PYTHONDONTWRITEBYTECODE=1",
-                    "PYTHONUNBUFFERED=1"],
-            "Cmd": ["python", "-m", "operator_kit"],
-            "User": USER,
-            "WorkingDir": "/",
-        })
+    # One staging folder per project and reference, the same on every build: the venv's
+    # path ends up in pip's RECORD hashes, so a random one would change the layer.
+    staging = Path(tempfile.gettempdir()) / ("operator-kit-image-" + hashlib.sha256(
+        f"{project.resolve()} {reference}".encode()).hexdigest()[:12])
+    with file_lock(staging.with_suffix(".lock")):
+        shutil.rmtree(staging, ignore_errors=True)
+        try:
+            return _build(project, reference, out, sources, staging)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def _build(project: Path, reference: str, out: Path, sources: list[Path],
+           staging: Path) -> str:
+    root = staging / "rootfs"
+    root.mkdir(parents=True)
+    prefix = Path(sys.base_prefix)
+    _copy_python(prefix, root)
+    venv = root / VENV.lstrip("/")
+    _step(["venv", "--without-pip"], [sys.executable, "-m", "venv", "--without-pip", str(venv)])
+    _step(["pip install"],
+          [sys.executable, "-m", "pip", "--disable-pip-version-check",
+           "--python", str(venv / "bin" / "python"), "install", "-q", "--no-compile",
+           *map(str, sources), str(project)])
+    _rewrite_shebangs(venv / "bin", str(venv), VENV)
+    _copy_libraries(root)
+    _write_etc(root)
+    _step(["compileall"],
+          [sys.executable, "-m", "compileall", "-q", "-j", "0",
+           "--invalidation-mode", "unchecked-hash", "-s", str(root), "-p", "/",
+           str(root / str(prefix).lstrip("/")), str(venv)])
+    path = f"{VENV}/bin:/usr/local/bin:/usr/bin:/bin"
+    return write_image(root, reference, out, {
+        "Env": [f"PATH={path}", f"VIRTUAL_ENV={VENV}", "PYTHONDONTWRITEBYTECODE=1",
+                "PYTHONUNBUFFERED=1"],
+        "Cmd": ["python", "-m", "operator_kit"],
+        "User": USER,
+        "WorkingDir": "/",
+    })
 
 
 def _step(what: list[str], cmd: list[str]) -> None:
@@ -307,11 +320,13 @@ def _copy_libraries(root: Path) -> None:
 
 
 def _rewrite_shebangs(folder: Path, old: str, new: str) -> None:
+    """The build's venv path, in the scripts' shebangs and the activate scripts, becomes
+    the path inside the image."""
     for script in sorted(folder.iterdir()):
         if script.is_file() and not script.is_symlink():
             data = script.read_bytes()
-            if data.startswith(b"#!") and old.encode() in data.split(b"\n", 1)[0]:
-                script.write_bytes(data.replace(old.encode(), new.encode(), 1))
+            if b"\0" not in data and old.encode() in data:
+                script.write_bytes(data.replace(old.encode(), new.encode()))
     config = folder.parent / "pyvenv.cfg"  # names the build folder too
     if config.exists():
         config.write_text(config.read_text().replace(old, new))

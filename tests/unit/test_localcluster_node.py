@@ -174,3 +174,17 @@ def test_the_default_reference_comes_from_the_projects_name_and_version(
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "Backup_Operator"\n'
                                              'version = "0.2.0"\n')
     assert images.default_reference(tmp_path) == "operator-kit.local/backup_operator:0.2.0"
+
+
+def test_the_build_path_of_the_venv_is_rewritten_to_the_path_inside_the_image(
+        tmp_path: Path) -> None:
+    build = str(tmp_path / "rootfs" / "opt" / "venv")
+    bin_dir = tmp_path / "rootfs" / "opt" / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "gunicorn").write_text(f"#!{build}/bin/python\nimport gunicorn\n")
+    (bin_dir / "activate").write_text(f'VIRTUAL_ENV="{build}"\nexport VIRTUAL_ENV\n')
+    (bin_dir.parent / "pyvenv.cfg").write_text(f"command = python -m venv {build}\n")
+    images._rewrite_shebangs(bin_dir, build, images.VENV)
+    assert (bin_dir / "gunicorn").read_text().startswith("#!/opt/venv/bin/python\n")
+    assert build not in (bin_dir / "activate").read_text()
+    assert build not in (bin_dir.parent / "pyvenv.cfg").read_text()
