@@ -1,4 +1,8 @@
-"""``python -m operator_kit.localcluster up|down|status|build [--dir D]``.
+"""``python -m operator_kit.localcluster up|down|status|build|image|packages [--dir D]``.
+
+``up --node`` adds a node (`operator_kit.localcluster.node`); ``image PROJECT`` builds an
+operator project's image and loads it into that node (`operator_kit.localcluster.images`);
+``packages`` prints the command installing the Debian packages a node needs.
 
 Bad input — an unknown flag, a ``--timeout`` that is not a positive number, a bad
 ``--kubernetes-version`` or ``OPERATOR_KIT_KUBERNETES_VERSION``, ``OPERATOR_KIT_BUILD_JOBS``
@@ -9,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 from operator_kit.localcluster.binaries import (
     DEFAULT_KUBERNETES_VERSION,
@@ -16,10 +21,13 @@ from operator_kit.localcluster.binaries import (
     BinariesError,
     build_jobs,
     find_or_build,
+    find_or_build_node,
     resolve,
     supported_versions,
     user_folder,
 )
+from operator_kit.localcluster.images import ImageError, build_operator_image, default_reference
+from operator_kit.localcluster.node import INSTALL_COMMAND, NodeError
 from operator_kit.localcluster.plane import LocalCluster, LocalClusterError, default_dir
 from operator_kit.settings import ArgumentParser, UsageError, number
 
@@ -42,11 +50,24 @@ def _main(argv: list[str] | None) -> int:
     )
     parser.add_argument(
         "command",
-        choices=["up", "down", "status", "build"],
+        choices=["up", "down", "status", "build", "image", "packages"],
         help="up: start or reuse, print the kubeconfig path last; "
         "down: stop and remove; status: say whether it runs; "
-        "build: only find or build the binaries",
+        "build: only find or build the binaries; image: build PROJECT's image, load it "
+        "into the node, print its reference; packages: print the command installing "
+        "the Debian packages a node needs",
     )
+    parser.add_argument("project", nargs="?", default=None,
+                        help="image: the operator project's folder (its pyproject.toml)")
+    parser.add_argument("--node", action="store_true",
+                        help="up, build: a node too (kube-scheduler, containerd, kubelet): "
+                        "the operator runs as real Pods; needs root and the packages")
+    parser.add_argument("--tag", default=None,
+                        help="image: its reference (default: operator-kit.local/NAME:VERSION "
+                        "from the project's pyproject.toml)")
+    parser.add_argument("--out", default=None,
+                        help="image: where to write the image's tar (default: in the "
+                        "plane's folder, images/)")
     parser.add_argument(
         "--dir",
         default=str(default_dir()),
@@ -64,6 +85,13 @@ def _main(argv: list[str] | None) -> int:
         f"(default: ${VERSION_ENV}, else {DEFAULT_KUBERNETES_VERSION})",
     )
     args = parser.parse_args(argv)
+    if args.command == "packages":
+        print(INSTALL_COMMAND)
+        return 0
+    if args.command == "image":
+        return _image(args.project, args.tag, args.out, LocalCluster(args.dir))
+    if args.project is not None:
+        raise UsageError(f"{args.command} takes no PROJECT ({args.project!r}); only image does")
     timeout = number(args.timeout, "--timeout", above=0,
                      what="the seconds to wait for each component")
     if args.command in ("up", "build"):
@@ -82,6 +110,10 @@ def _main(argv: list[str] | None) -> int:
             print(f"kubernetes: {binaries.kubernetes_version or 'as found in the folder'}")
             for name in ("etcd", "kube_apiserver", "kube_controller_manager", "kubectl"):
                 print(f"{name.replace('_', '-')}: {getattr(binaries, name) or 'missing'}")
+            if args.node:
+                node = find_or_build_node()
+                for name in ("kubelet", "kube_scheduler", "pause"):
+                    print(f"{name.replace('_', '-')}: {getattr(node, name)}")
             return 0
         if args.command == "down":
             cluster.down()
@@ -95,11 +127,12 @@ def _main(argv: list[str] | None) -> int:
             print(f"not running ({cluster.dir})", file=sys.stderr)
             return 1
         reused = cluster.running()
-        kubeconfig = cluster.up(timeout=timeout)
+        kubeconfig = cluster.up(timeout=timeout, node=args.node)
         state = "reusing" if reused else "started"
         version = cluster.state.kubernetes_version
         print(
-            f"{state} local control plane{f' (Kubernetes {version})' if version else ''} at "
+            f"{state} local control plane{f' (Kubernetes {version})' if version else ''}"
+            f"{' with a node' if cluster.state.node else ''} at "
             f"{cluster.server}; logs in {cluster.dir}/logs",
             file=sys.stderr,
         )
@@ -108,6 +141,30 @@ def _main(argv: list[str] | None) -> int:
     except (BinariesError, LocalClusterError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+
+
+def _image(project: str | None, tag: str | None, out: str | None,
+           cluster: LocalCluster) -> int:
+    """Build `project`'s image, load it into the plane's node, print its reference."""
+    if project is None:
+        raise UsageError("image needs the operator project's folder: image PROJECT")
+    if not cluster.running() or not cluster.state.node:
+        print(f"error: no plane with a node in {cluster.dir}: start one with `up --node "
+              f"--dir {cluster.dir}` first", file=sys.stderr)
+        return 1
+    try:
+        reference = tag or default_reference(Path(project))
+        tar = Path(out) if out else cluster.dir / "images" / (
+            reference.rsplit("/", 1)[-1].replace(":", "-") + ".tar")
+        tar.parent.mkdir(parents=True, exist_ok=True)
+        image_id = build_operator_image(Path(project).resolve(), reference, tar)
+        cluster.node.import_image(tar)
+    except (ImageError, NodeError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(f"built {image_id} ({tar}) and loaded it into the node", file=sys.stderr)
+    print(reference)
+    return 0
 
 
 if __name__ == "__main__":

@@ -69,6 +69,26 @@ KUBERNETES_VERSION = DEFAULT_KUBERNETES_VERSION
 ETCD_VERSION = SUPPORTED["1.37"].etcd
 
 _KUBERNETES_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kubectl")
+# A node's binaries (``up --node``): built from the same wrapper module, into a folder of
+# their own so that adding them never invalidates a cached plane.
+_NODE_COMMANDS = ("kubelet", "kube-scheduler")
+# The pause image's program: a sandbox's first process, which only waits to be stopped
+# and reaps orphans.
+PAUSE_SOURCE = """package main
+
+import (
+\t"os"
+\t"os/signal"
+\t"syscall"
+)
+
+func main() {
+\tsignal.Ignore(syscall.SIGCHLD)
+\tstop := make(chan os.Signal, 1)
+\tsignal.Notify(stop, syscall.SIGINT, syscall.SIGTERM)
+\t<-stop
+}
+"""
 _VERSION = re.compile(r"^v?1\.(\d+)(?:\.(\d+|x))?$")
 
 
@@ -139,6 +159,12 @@ def cache_folders(release: Release) -> tuple[Path, Path]:
     kube-controller-manager, kubectl) and ``etcd-v3.Y.Z/`` (etcd), each complete once it
     holds a ``.complete`` marker. Releases sharing an etcd share its folder."""
     return cache_dir() / f"kubernetes-{release.kubernetes}", cache_dir() / f"etcd-{release.etcd}"
+
+
+def node_cache_folder(release: Release) -> Path:
+    """Where `release`'s node binaries are cached: ``kubernetes-node-v1.Y.Z/`` (kubelet,
+    kube-scheduler and the pause program), complete once it holds ``.complete``."""
+    return cache_dir() / f"kubernetes-node-{release.kubernetes}"
 
 
 def is_cached(release: Release) -> bool:
@@ -216,6 +242,45 @@ def find_or_build(version: str | None = None, *, log: bool = True) -> Binaries:
         kubectl=k8s / "kubectl",
         kubernetes_version=release.kubernetes,
     )
+
+
+@dataclass(frozen=True)
+class NodeBinaries:
+    """What a node runs beside the plane: kubelet and kube-scheduler of the plane's
+    release, and the pause program the sandbox image holds."""
+
+    kubelet: Path
+    kube_scheduler: Path
+    pause: Path
+
+
+def find_or_build_node(version: str | None = None, *, log: bool = True) -> NodeBinaries:
+    """The node's binaries for `version` (see `resolve`), built on first use.
+
+    ``OPERATOR_KIT_BINARIES`` may hold ``kubelet``, ``kube-scheduler`` and ``pause``;
+    otherwise they are built (once per release) from the wrapper module the plane's
+    binaries come from, with the pause program as a package of that module."""
+    folder = user_folder()
+    if folder is not None:
+        found = {n: _executable(folder, n) for n in ("kubelet", "kube-scheduler", "pause")}
+        absent = [n for n, p in found.items() if p is None]
+        if absent:
+            raise BinariesError(
+                f"{folder} (OPERATOR_KIT_BINARIES) has no executable {', '.join(absent)}: "
+                "a node needs them; add them there, or unset the variable to build them")
+        return NodeBinaries(*(p for p in found.values() if p is not None))
+    release = resolve(version)
+    target = _cached_build(
+        node_cache_folder(release).name,
+        "k8s.io/kubernetes",
+        release.kubernetes,
+        [f"k8s.io/kubernetes/cmd/{c}" for c in _NODE_COMMANDS],
+        _kubernetes_ldflags(release.kubernetes),
+        log=log,
+        sources={"pause/main.go": PAUSE_SOURCE},
+    )
+    return NodeBinaries(kubelet=target / "kubelet", kube_scheduler=target / "kube-scheduler",
+                        pause=target / "pause")
 
 
 def _kubernetes_ldflags(version: str) -> str:
@@ -310,7 +375,7 @@ def _upstream_gomod(go: str, module: str, version: str, env: dict[str, str]) -> 
 
 
 @contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def file_lock(path: Path) -> Iterator[None]:
     """An exclusive lock, so two processes never build the same thing at once."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as handle:
@@ -366,12 +431,13 @@ def _cached_build(
     *,
     log: bool,
     rename: dict[str, str] | None = None,
+    sources: dict[str, str] | None = None,
 ) -> Path:
     target = cache_dir() / name
     done = target / ".complete"
     if done.exists():
         return target
-    with _locked(cache_dir() / f".{name}.lock"):
+    with file_lock(cache_dir() / f".{name}.lock"):
         if done.exists():  # another process built it while we waited
             return target
         go = _go()
@@ -389,9 +455,15 @@ def _cached_build(
             work = Path(tmp) / "src"
             work.mkdir()
             (work / "go.mod").write_text(gomod)
+            local = []  # main packages of the wrapper module itself (./pause)
+            for relative, text in (sources or {}).items():
+                (work / relative).parent.mkdir(parents=True, exist_ok=True)
+                (work / relative).write_text(text)
+                local.append("./" + str(Path(relative).parent))
             out = Path(tmp) / "out"
             out.mkdir()
-            build = [go, "build", "-trimpath", "-ldflags", ldflags, "-o", str(out) + "/", *packages]
+            build = [go, "build", "-trimpath", "-ldflags", ldflags, "-o", str(out) + "/",
+                     *packages, *sorted(set(local))]
             for cmd in ([go, "mod", "tidy"], build):
                 result = subprocess.run(
                     _niced(cmd),

@@ -37,7 +37,15 @@ from pathlib import Path
 import yaml
 
 from operator_kit import _pki
-from operator_kit.localcluster.binaries import Binaries, find_or_build, resolve, user_folder
+from operator_kit.localcluster import node as _node
+from operator_kit.localcluster.binaries import (
+    Binaries,
+    find_or_build,
+    find_or_build_node,
+    resolve,
+    user_folder,
+)
+from operator_kit.localcluster.images import pause_image
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager")
 CONTROLLERS = (
@@ -76,6 +84,9 @@ class _State:
     # The Kubernetes release the binaries were built for (None: a user's folder, or a
     # plane started before versions were recorded).
     kubernetes_version: str | None = None
+    # With a node (``up --node``): the kubelet's and kube-scheduler's ports.
+    node: bool = False
+    node_ports: dict[str, int] = field(default_factory=dict)
 
 
 class LocalCluster:
@@ -133,15 +144,45 @@ class LocalCluster:
         alive = all(_alive(pids.get(c)) for c in ("etcd", "kube-apiserver"))
         return alive and self._healthy()
 
-    def up(self, *, timeout: float = 120.0, apiserver_args: list[str] | None = None) -> Path:
-        """Start the plane (or reuse the one running here); return the kubeconfig path."""
+    @property
+    def components(self) -> tuple[str, ...]:
+        """The processes of this plane, in start order (a node's last)."""
+        return COMPONENTS + (_node.COMPONENTS if self.state.node else ())
+
+    @property
+    def node(self) -> _node.Node:
+        """This plane's node (`operator_kit.localcluster.node`); `up(node=True)` first."""
+        s = self.state
+        if not s.node:
+            raise LocalClusterError(f"the plane in {self.dir} has no node: start it with "
+                                    "`up --node`")
+        return _node.Node(self.dir, apiserver_port=s.apiserver_port, ports=s.node_ports,
+                          binaries={k: str(v) for k, v in s.binaries.items() if v})
+
+    def up(self, *, timeout: float = 120.0, apiserver_args: list[str] | None = None,
+           node: bool = False) -> Path:
+        """Start the plane (or reuse the one running here); return the kubeconfig path.
+
+        With `node`, a node too (`operator_kit.localcluster.node`): kube-scheduler, the
+        controllers a node needs, containerd and a kubelet; `LocalClusterError` with one
+        line when this machine cannot run one (nothing is started then)."""
+        if node:
+            try:
+                _node.check_machine()
+            except _node.NodeError as err:
+                raise LocalClusterError(str(err)) from None
         if self.running():
             self._check_version()
+            if node and not self.state.node:
+                raise LocalClusterError(
+                    f"the plane in {self.dir} runs without a node: stop it first "
+                    f"(down --dir {self.dir}), or pick another --dir")
             self._wait_default_service_account(timeout)
             return self.kubeconfig
         if self._state_file.exists():  # a dead or half-dead plane: start clean
             self.down()
         binaries = find_or_build()
+        node_binaries = find_or_build_node() if node else None
         self.dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.dir, 0o700)
         (self.dir / "logs").mkdir(exist_ok=True)
@@ -159,13 +200,28 @@ class LocalCluster:
             apiserver_args=list(apiserver_args or []),
             kubernetes_version=binaries.kubernetes_version,
         )
+        if node_binaries is not None:
+            self.state.node = True
+            self.state.node_ports = {"kubelet": free_port(), "kubelet-healthz": free_port(),
+                                     "kube-scheduler": free_port()}
+            self.state.binaries.update({"kubelet": str(node_binaries.kubelet),
+                                        "kube-scheduler": str(node_binaries.kube_scheduler),
+                                        "pause": str(node_binaries.pause)})
+            self.state.apiserver_args[:0] = _node.apiserver_args(self.dir / "pki")
         self._write_pki()
         self._write_kubeconfig()
         self._save()
         try:
-            for component in COMPONENTS:
+            if node_binaries is not None:
+                self.node.prepare(self.dir / "pki")
+            for component in self.components:
+                if component == "kubelet":  # its sandboxes need the pause image
+                    pause = Path(str(self.state.binaries["pause"]))
+                    self.node.import_image(pause_image(pause, self.dir / "node"))
                 self.start(component, timeout=timeout)
             self._wait_default_service_account(timeout)
+            if node_binaries is not None:
+                self._wait_node_ready(timeout)
         except BaseException:
             self.down()
             raise
@@ -187,12 +243,21 @@ class LocalCluster:
 
     def down(self) -> None:
         """Stop every process this plane started and remove its folder."""
+        left: list[str] = []
         if self._state_file.exists():
             try:
-                for component in reversed(COMPONENTS):
+                node = self.state.node
+                for component in reversed(self.components):
+                    if component == "containerd":
+                        self.node.stop_containers()
                     self.stop(component)
+                if node:
+                    left = self.node.teardown()
             except (ValueError, TypeError):
                 pass
+        if left:
+            raise LocalClusterError(f"stopped the plane in {self.dir}, but could not remove: "
+                                    f"{', '.join(left)}")
         if self.dir.exists():
             shutil.rmtree(self.dir, ignore_errors=True)
         self._state = None
@@ -230,6 +295,9 @@ class LocalCluster:
             "etcd": self._etcd_healthy,
             "kube-apiserver": self._healthy,
         }.get(component, lambda: True)
+        if component in _node.COMPONENTS:
+            node = self.node
+            ready = lambda: node.healthy(component)  # noqa: E731
         deadline = time.monotonic() + timeout
         while True:
             code = proc.poll()
@@ -283,6 +351,8 @@ class LocalCluster:
 
     def _command(self, component: str) -> list[str] | None:
         s, pki = self.state, self.dir / "pki"
+        if component in _node.COMPONENTS and s.node:
+            return self.node.command(component, self.kubeconfig, pki)
         binary = s.binaries.get(component)
         if binary is None:
             return None
@@ -319,7 +389,8 @@ class LocalCluster:
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 f"--service-account-key-file={pki / 'sa.pub'}",
                 f"--service-account-signing-key-file={pki / 'sa.key'}",
-                "--authorization-mode=RBAC",
+                # A node's kubelet is authorized as such (`node.apiserver_args`).
+                f"--authorization-mode={'Node,RBAC' if s.node else 'RBAC'}",
                 "--allow-privileged=true",
                 "--profiling=false",
                 "--v=1",
@@ -331,7 +402,7 @@ class LocalCluster:
                 f"--kubeconfig={self.kubeconfig}",
                 f"--authentication-kubeconfig={self.kubeconfig}",
                 f"--authorization-kubeconfig={self.kubeconfig}",
-                f"--controllers={','.join(CONTROLLERS)}",
+                f"--controllers={','.join(CONTROLLERS + (_node.CONTROLLERS if s.node else ()))}",
                 "--leader-elect=false",
                 f"--service-account-private-key-file={pki / 'sa.key'}",
                 f"--root-ca-file={pki / 'ca.crt'}",
@@ -460,6 +531,31 @@ class LocalCluster:
             f"{timeout:.0f}s: is kube-controller-manager running? Last lines of its log:\n"
             + self.log_tail("kube-controller-manager")
         )
+
+
+    def _wait_node_ready(self, timeout: float) -> None:
+        """Until the node reports Ready and carries no taint (the not-ready taint goes
+        when node-lifecycle-controller sees it Ready)."""
+        deadline = time.monotonic() + timeout
+        path = f"/api/v1/nodes/{_node.NODE_NAME}"
+        while time.monotonic() < deadline:
+            try:
+                status, body = self.get(path)
+            except OSError:
+                status, body = 0, b""
+            if status == 200:
+                found = json.loads(body)
+                ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                            for c in found.get("status", {}).get("conditions", []))
+                if ready and not found.get("spec", {}).get("taints"):
+                    return
+            if not _alive(self.state.pids.get("kubelet")):
+                break
+            time.sleep(0.5)
+        raise LocalClusterError(
+            f"node {_node.NODE_NAME} did not become Ready within {timeout:.0f}s: see "
+            f"{self.log_file('kubelet')} and {self.log_file('containerd')}. Last lines of "
+            f"the kubelet's log:\n{self.log_tail('kubelet')}")
 
 
 _NO_CONTROLLER_MANAGER = (
