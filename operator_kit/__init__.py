@@ -42,6 +42,7 @@ from operator_kit.operator import Operator
 from operator_kit.runtime import filters, transforms
 from operator_kit.runtime.context import ALL_NAMESPACES, AlreadyOwned, Context
 from operator_kit.runtime.controller import Action, Controller, Index, Owns, Watch
+from operator_kit.runtime.fairness import Fairness
 from operator_kit.webhooks.certificates import WebhookCertificate
 from operator_kit.webhooks.server import Webhooks
 
@@ -63,6 +64,7 @@ __all__ = [
     "CustomResource",
     "ExclusiveMaximum",
     "ExclusiveMinimum",
+    "Fairness",
     "Fenced",
     "Format",
     "Index",

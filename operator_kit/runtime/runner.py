@@ -37,7 +37,7 @@ from operator_kit.runtime.cache import describe, describe_object
 from operator_kit.runtime.changes import WatchEvent
 from operator_kit.runtime.consistency import CaughtUp
 from operator_kit.runtime.context import AlreadyOwned, Context
-from operator_kit.runtime.controller import Action, Controller, Watch, checked_result
+from operator_kit.runtime.controller import Action, Controller, Watch, checked_result, queue_flows
 from operator_kit.runtime.controller import event_priority as priority_of
 from operator_kit.runtime.filters import Filter, deletion_started, spec_changed
 from operator_kit.runtime.filters import function_name as _name
@@ -79,6 +79,7 @@ class ControllerRunner:
         self.labels = (controller.name, metrics.HUB if cluster is None else cluster)
         self.queue: WorkQueue[Key] = WorkQueue(
             controller.name, cluster=self.labels[1],
+            flows=queue_flows(controller, self.labels, lambda k: self.primary_of(k).get(k)),
             failure_backoff=Backoff(base=controller.on_error, cap=controller.max_backoff))
         self.caught_up = CaughtUp(self.name)
         self.objects = objects if objects is not None else Objects(
