@@ -38,6 +38,12 @@ The modes differ only in ``Controller.fairness``:
 ``fifo``
     ``fairness = None``: one first-in, first-out queue per priority, the order before.
 
+A flood forms only when the noisy tenant writes faster than the workers reconcile, and
+the quiet flows alone take ``K`` reconciles a second: choose ``--workers`` and
+``--reconcile-ms`` so that ``workers / reconcile`` is well above ``K`` a second and below
+the noisy write rate the first line of each run reports (on a loaded machine, with few
+writes a second, a longer reconcile).
+
 Figures: per run, the quiet waits' p50 and p99 and the noisy time; per mode, the p50 and
 p99 of every quiet wait of every round, and the median noisy time. The last line:
 ``fairness: noisy=<N> quiet_flows=<K> quiet_p99_ms=<x> fifo_quiet_p99_ms=<y>
@@ -122,6 +128,10 @@ class Seen:
         with self._lock:
             return len(self.updated), max(self.updated.values(), default=0.0)
 
+    def quiet_reconciles(self) -> int:
+        with self._lock:
+            return sum(len(seen) for seen in self.by_key.values())
+
     def first_seeing(self, key: tuple[str, str], index: int) -> float | None:
         with self._lock:
             return next((at for at, seen in self.by_key.get(key, ()) if seen >= index), None)
@@ -136,6 +146,8 @@ class Run:
     waits: list[float] = field(default_factory=list)
     noisy_s: float = 0.0
     reconciles: int = 0
+    quiet_reconciles: int = 0
+    busy_s: float = 0.0  # from the first noisy POST to the last quiet change's reconcile
 
 
 def make_controller(kind: type[Any], mode: str, workers: int, seconds: float, seen: Seen,
@@ -239,6 +251,8 @@ def run_mode(cluster: Any, kind: type[Any], noisy: str, quiet: Sequence[str], mo
                 time.sleep(0.01)
             run.waits.append(began - sent)
         run.reconciles = seen.reconciles
+        run.quiet_reconciles = seen.quiet_reconciles()
+        run.busy_s = time.monotonic() - started
         print(f"#   {mode}: {options.noisy} noisy objects written in {written:.1f}s "
               f"({2 * options.noisy / written:.0f} writes/s); {len(writes)} quiet changes",
               flush=True)
@@ -304,7 +318,8 @@ def bench(options: argparse.Namespace) -> int:
                     "apiVersion": f"{GROUP}/{VERSION}", "kind": KIND,
                     "metadata": {"name": "quiet"}, "spec": {"index": 0}})
             print(f"{'mode':>5} {'round':>5} {'quiet p50 ms':>13} {'quiet p99 ms':>13} "
-                  f"{'quiet max ms':>13} {'noisy s':>8} {'reconciles':>10}", flush=True)
+                  f"{'quiet max ms':>13} {'noisy s':>8} {'reconciles (quiet)':>19} "
+                  f"{'reconciles/s':>12}", flush=True)
             for round_ in range(options.rounds):
                 for mode in (MODES if round_ % 2 == 0 else MODES[::-1]):
                     run = run_mode(cluster, kind, namespaces[0].name, quiet, mode, round_,
@@ -313,7 +328,8 @@ def bench(options: argparse.Namespace) -> int:
                     print(f"{mode:>5} {round_:>5} {percentile(run.waits, 50) * 1000:>13.0f} "
                           f"{percentile(run.waits, 99) * 1000:>13.0f} "
                           f"{max(run.waits) * 1000:>13.0f} {run.noisy_s:>8.1f} "
-                          f"{run.reconciles:>10}", flush=True)
+                          f"{f'{run.reconciles} ({run.quiet_reconciles})':>19} "
+                          f"{run.reconciles / run.busy_s:>12.1f}", flush=True)
         finally:
             for ns in namespaces:
                 with contextlib.suppress(Exception):
@@ -345,8 +361,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="quiet namespaces, each changing one object a second (10)")
     parser.add_argument("--rounds", type=int, default=3, help="runs per mode (3)")
     parser.add_argument("--workers", type=int, default=2, help="reconcile workers (2)")
-    parser.add_argument("--reconcile-ms", type=float, default=10.0,
-                        help="milliseconds each reconcile takes (10)")
+    parser.add_argument("--reconcile-ms", type=float, default=50.0,
+                        help="milliseconds each reconcile takes (50: fewer reconciles a "
+                        "second than the noisy writes, so its keys pile up)")
     parser.add_argument("--noisy-threads", type=int, default=16,
                         help="threads writing the noisy objects (16)")
     return parser.parse_args(argv)
