@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from operator_kit.operator import Operator
     from operator_kit.runtime.context import ALL_NAMESPACES, AlreadyOwned, Context
     from operator_kit.runtime.controller import Action, Controller, Index, Owns, Watch
+    from operator_kit.runtime.fairness import Fairness
     from operator_kit.webhooks.certificates import WebhookCertificate
     from operator_kit.webhooks.server import Webhooks
 
@@ -70,6 +71,7 @@ _HOMES = {name: module for module, names in {
     "operator_kit.election.sharding": ("Sharding",),
     "operator_kit.operator": ("Operator",),
     "operator_kit.runtime.context": ("ALL_NAMESPACES", "AlreadyOwned", "Context"),
+    "operator_kit.runtime.fairness": ("Fairness",),
     "operator_kit.runtime.controller": ("Action", "Controller", "Index", "Owns", "Watch"),
     "operator_kit.webhooks.certificates": ("WebhookCertificate",),
     "operator_kit.webhooks.server": ("Webhooks",),
@@ -109,6 +111,7 @@ __all__ = [
     "ExclusiveMaximum",
     "ExclusiveMinimum",
     "ExperimentalWarning",
+    "Fairness",
     "Fenced",
     "Format",
     "Index",

@@ -35,6 +35,7 @@ serves.
 
 from __future__ import annotations
 
+import heapq
 import threading
 import weakref
 from collections.abc import Iterator
@@ -215,7 +216,7 @@ def forget_cluster(cluster: str) -> None:
                    CR_RECONCILE_ERRORS, CR_RECONCILE_PANICS, CR_RECONCILE_TIME,
                    CR_RECONCILE_TIMEOUTS, CR_ACTIVE_WORKERS, CR_MAX_CONCURRENT,
                    WORKQUEUE_ADDS, WORKQUEUE_QUEUE_DURATION, WORKQUEUE_WORK_DURATION,
-                   WORKQUEUE_RETRIES, WATCH_RESTARTS, CACHE_OBJECTS,
+                   WORKQUEUE_RETRIES, FLOW_ERRORS, WATCH_RESTARTS, CACHE_OBJECTS,
                    FLEET_MEMBER_CREDENTIALS_FAILING):
         family.remove_by_labels({"cluster": cluster})
 
@@ -315,6 +316,102 @@ class _QueueGauges(Collector):
 
 WORKQUEUE_GAUGES = _QueueGauges()
 REGISTRY.register(WORKQUEUE_GAUGES)
+
+# -- fairness between flows (operator_kit.runtime.fairness) ------------------------------
+FLOW_ERRORS = Counter(
+    "operator_kit_workqueue_flow_errors",
+    "Keys whose fairness flow function raised or returned something other than a str "
+    "(each was queued in the default flow), by controller.",
+    ["controller", "cluster"],
+)
+
+
+class FlowStats(Protocol):
+    """What a fair work queue tells the gauges below when they are scraped."""
+
+    controller: str
+    cluster: str
+
+    def flow_stats(self) -> dict[str, tuple[int, float]] | None:
+        """Each flow with ready keys: (its ready keys, seconds the oldest of them has
+        waited); None once the queue is shut down."""
+
+
+class _FlowGauges(Collector):
+    """``operator_kit_workqueue_flows{controller,cluster}`` (flows with keys ready) and,
+    by ``flow``, ``operator_kit_workqueue_flow_depth`` (ready keys) and
+    ``operator_kit_workqueue_flow_oldest_seconds`` (how long its oldest ready key has
+    waited: a starving flow's grows), read from the live queues at scrape time.
+
+    Bounded however many flows (namespaces) there are: the `TOP` deepest flows and the
+    `TOP` longest waiting are named, the rest summed (depth) or their longest (oldest)
+    in ``flow="(other)"`` -- at most ``2 * TOP + 1`` series of each per controller. The
+    default flow (cluster-scoped objects, failed flow functions) is ``flow="(default)"``;
+    flow names are cut to `LONGEST` characters."""
+
+    TOP = 10
+    OTHER = "(other)"
+    DEFAULT = "(default)"
+    LONGEST = 100
+
+    def __init__(self) -> None:
+        self._queues: weakref.WeakSet[FlowStats] = weakref.WeakSet()
+        self._lock = threading.Lock()
+
+    def track(self, queue: FlowStats) -> None:
+        with self._lock:
+            self._queues.add(queue)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        labels = ["controller", "cluster"]
+        active = GaugeMetricFamily(
+            "operator_kit_workqueue_flows", "Flows (namespaces, or what the controller's "
+            "fairness names) with keys ready in the work queue.", labels=labels)
+        depth = GaugeMetricFamily(
+            "operator_kit_workqueue_flow_depth", "Keys ready in the work queue by flow: the "
+            "deepest and the longest waiting flows by name, the rest as (other).",
+            labels=[*labels, "flow"])
+        oldest = GaugeMetricFamily(
+            "operator_kit_workqueue_flow_oldest_seconds", "Seconds the oldest ready key of "
+            "the flow has waited: the deepest and the longest waiting flows by name, the "
+            "longest of the rest as (other).", labels=[*labels, "flow"])
+        with self._lock:
+            queues = list(self._queues)
+        totals: dict[tuple[str, str], dict[str, tuple[int, float]]] = {}
+        for queue in queues:
+            stats = queue.flow_stats()
+            if stats is None:
+                continue
+            flows = totals.setdefault((queue.controller, queue.cluster), {})
+            for flow, (count, seconds) in stats.items():
+                name = (flow or self.DEFAULT)[:self.LONGEST]
+                was = flows.get(name, (0, 0.0))
+                flows[name] = (was[0] + count, max(was[1], seconds))
+        for (controller, cluster), flows in sorted(totals.items()):
+            active.add_metric([controller, cluster], len(flows))
+            for name, (count, seconds) in self.top(flows).items():
+                depth.add_metric([controller, cluster, name], count)
+                oldest.add_metric([controller, cluster, name], seconds)
+        yield active
+        yield depth
+        yield oldest
+
+    @classmethod
+    def top(cls, flows: dict[str, tuple[int, float]]) -> dict[str, tuple[int, float]]:
+        """The `TOP` deepest and `TOP` longest waiting of `flows` by name, the rest as
+        `OTHER` (their keys summed, their longest wait); `OTHER` only when there is a rest."""
+        if len(flows) <= 2 * cls.TOP:
+            return dict(flows)
+        named = set(heapq.nlargest(cls.TOP, flows, key=lambda f: flows[f][0]))
+        named.update(heapq.nlargest(cls.TOP, flows, key=lambda f: flows[f][1]))
+        shown = {name: flows[name] for name in named}
+        rest = [flows[name] for name in flows if name not in named]
+        shown[cls.OTHER] = (sum(count for count, _ in rest), max(s for _, s in rest))
+        return shown
+
+
+WORKQUEUE_FLOW_GAUGES = _FlowGauges()
+REGISTRY.register(WORKQUEUE_FLOW_GAUGES)
 
 # -- watches ---------------------------------------------------------------------------
 WATCH_RESTARTS = Counter(

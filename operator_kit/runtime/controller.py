@@ -49,6 +49,7 @@ from operator_kit.client.events import RULE as EVENTS_RULE
 from operator_kit.runtime.cache import LabelSelector
 from operator_kit.runtime.changes import WatchEvent
 from operator_kit.runtime.context import Context
+from operator_kit.runtime.fairness import Fairness, ObjectFlows
 from operator_kit.runtime.filters import Filter, function_name
 from operator_kit.runtime.objects import Objects, decode
 from operator_kit.runtime.queueing import LOW_PRIORITY, NORMAL_PRIORITY
@@ -214,6 +215,9 @@ class Controller(Generic[R]):
     - ``transform``: a function applied to each primary object before it is cached
       (`operator_kit.runtime.transforms`; after the operator's default, which drops
       ``managedFields``): what reconcile gets is what it returns.
+    - ``fairness``: how the work queue shares the workers between flows (`Fairness`;
+      default: each namespace a flow, served in turn, so one namespace's flood does not
+      delay another's change); None: one first-in, first-out queue per priority.
     """
 
     resource: KindSpec
@@ -235,6 +239,7 @@ class Controller(Generic[R]):
     name: str = ""
     transform: Transform | None = None
     fleet: bool = False
+    fairness: Fairness | None = Fairness()
 
     def __init__(self) -> None:
         primary = self.primary_kind()
@@ -246,6 +251,9 @@ class Controller(Generic[R]):
             raise ValueError(f"{type(self).__name__}.reconcile_timeout must be a number of "
                              f"seconds above 0, or None for no timeout (not "
                              f"{self.reconcile_timeout!r})")
+        if self.fairness is not None and not isinstance(self.fairness, Fairness):
+            raise TypeError(f"{type(self).__name__}.fairness must be a Fairness(flow=..., "
+                            f"weights=...) or None (off), not {self.fairness!r}")
         for watch in self.watches:
             if not isinstance(watch, Watch) or not callable(watch.mapper):
                 raise TypeError(f"{type(self).__name__}.watches takes Watch(kind, mapper) "
@@ -397,6 +405,14 @@ def event_priority(controller: Controller[Any], event: WatchEvent) -> int:
     log.error("%s: priority() returned %r for a %s event, not an int: queued at normal "
               "priority", controller.name, priority, event.type)
     return NORMAL_PRIORITY
+
+
+def queue_flows(controller: Controller[Any], labels: tuple[str, str],
+                read: Callable[[tuple[str, str]], dict[str, Any] | None]) -> ObjectFlows | None:
+    """The flows of `controller`'s work queue (`labels`: its controller and cluster), as
+    its ``fairness`` says, reading objects with `read`; None when fairness is off."""
+    fairness = controller.fairness
+    return None if fairness is None else ObjectFlows(fairness, *labels, read=read)
 
 
 def checked_result(result: object) -> Action | None:

@@ -15,8 +15,9 @@ queue therefore stores keys, not events, and keeps them in four places:
     Keys that need a reconcile the queue has not yet handed out. Adding a key that is
     already dirty does nothing -- this is the de-duplication.
 ``ready``
-    The dirty keys that no worker holds, highest priority first and, within a priority,
-    in the order they became ready; ``get()`` takes the first.
+    The dirty keys that no worker holds, highest priority first; within a priority, by
+    flow in turn when the queue has flows (fairness.py), and in each flow in the order
+    they became ready; ``get()`` takes the first.
 ``processing``
     Keys a worker holds, between ``get()`` and ``done()``.
 ``delayed``
@@ -44,6 +45,12 @@ already ready at its new priority (first in, first out within each priority). A 
 key that falls due is placed by the time it became due. `add_failure` retries a key at
 the priority it was handed out with, as controller-runtime requeues a failed request.
 
+Flows (``flows=``, a `FlowPolicy`; the runner gives a controller's `Fairness`): each add
+names the key's flow (a namespace, a tenant), computed before the lock is taken; among
+the ready keys of one priority, flows take turns (deficit round robin, by weight), so a
+flood of keys in one flow does not make another flow's key wait for it. Without flows,
+every key is in one flow: first in, first out within each priority.
+
 Time: delays are measured with the injectable ``clock`` (``time.monotonic`` by default);
 a blocked ``get()`` sleeps on a condition variable for no longer than the time until
 the next delayed key is due, so there are no timer threads and no busy waiting. Tests
@@ -63,15 +70,15 @@ time from a key being due to a worker taking it, ``work_duration_seconds`` from 
 to ``done``; ``depth`` (ready keys only, never those waiting out a delay or backoff; by
 ``priority``),
 ``unfinished_work_seconds`` and ``longest_running_processor_seconds`` are read from
-`stats` when scraped.
+`stats` when scraped; with flows, ``operator_kit_workqueue_flow*`` from `flow_stats`.
 
 Triggers: an add may say why (``trigger=``, a `Trigger`); the queue coalesces them per
 key as it coalesces the key (`Triggers`: the first few and a count), and `get` hands
 them out with the key: the worker reads them with :meth:`WorkQueue.triggers` until
 ``done``. A failure's retry is recorded by `add_failure` itself (see triggers.py).
 
-Cost: ``add``, ``get`` and ``done`` are O(log n) (two heaps with lazily dropped stale
-entries, each rebuilt when stale entries outnumber live ones).
+Cost: ``add``, ``get`` and ``done`` are O(log n) (the delayed keys' heap, with lazily
+dropped stale entries, rebuilt when they outnumber live ones; ready keys are O(1)).
 """
 
 from __future__ import annotations
@@ -86,6 +93,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from operator_kit import metrics
+from operator_kit.runtime.fairness import DEFAULT_FLOW, FairQueue, FlowPolicy
 from operator_kit.runtime.triggers import Trigger, Triggers
 
 __all__ = ["LOW_PRIORITY", "NORMAL_PRIORITY", "Backoff", "Key", "WorkQueue"]
@@ -172,6 +180,7 @@ class WorkQueue(Generic[K]):
         clock: Callable[[], float] = time.monotonic,
         controller: str | None = None,
         cluster: str = metrics.HUB,
+        flows: FlowPolicy[K] | None = None,
     ) -> None:
         self.name = name
         self.controller = name if controller is None else controller
@@ -181,10 +190,9 @@ class WorkQueue(Generic[K]):
         self._lock = threading.Lock()
         self._has_work = threading.Condition(self._lock)  # get() waits here
         self._idle = threading.Condition(self._lock)  # wait_idle() waits here
-        # ready: (-priority, sequence, key) entries; an entry is live while
-        # _ready_entry[key] holds its (priority, sequence), else stale and skipped.
-        self._ready: list[tuple[int, int, K]] = []
-        self._ready_entry: dict[K, tuple[int, int]] = {}
+        self._flows = flows
+        self._ready: FairQueue[K] = FairQueue() if flows is None else FairQueue(flows.quantum)
+        self._flow: dict[K, str] = {}  # a dirty or delayed key -> its flow, as last added
         self._dirty: set[K] = set()
         self._priority: dict[K, int] = {}  # a dirty or delayed key -> its priority
         self._processing: set[K] = set()
@@ -203,11 +211,13 @@ class WorkQueue(Generic[K]):
         self._queue_duration = metrics.WORKQUEUE_QUEUE_DURATION.labels(*labels)
         self._work_duration = metrics.WORKQUEUE_WORK_DURATION.labels(*labels)
         metrics.WORKQUEUE_GAUGES.track(self)
+        if flows is not None:
+            metrics.WORKQUEUE_FLOW_GAUGES.track(self)
 
     def __repr__(self) -> str:
         with self._lock:
             return (
-                f"<WorkQueue {self.name!r}: {len(self._ready_entry)} ready, "
+                f"<WorkQueue {self.name!r}: {len(self._ready)} ready, "
                 f"{len(self._delayed)} delayed, {len(self._processing)} processing>"
             )
 
@@ -222,8 +232,9 @@ class WorkQueue(Generic[K]):
         time and the new one (a dirty key counts as due now) and the higher of the two
         priorities; its triggers are coalesced. Ignored after shutdown.
         """
+        flow = DEFAULT_FLOW if self._flows is None else self._flows.of(key)
         with self._lock:
-            self._add(key, delay, priority, trigger)
+            self._add(key, delay, priority, trigger, flow)
 
     def triggers(self, key: K) -> Triggers:
         """Why ``key`` was queued, as `get` handed it out (empty when no worker holds it,
@@ -240,13 +251,14 @@ class WorkQueue(Generic[K]):
         keeps the sooner time. The retry has ``priority``, by default the one the key
         was handed out with (`NORMAL_PRIORITY` for a key no worker holds).
         """
+        flow = DEFAULT_FLOW if self._flows is None else self._flows.of(key)
         with self._lock:
             failures = self._failures.get(key, 0) + 1
             self._failures[key] = failures
             delay = max(self.failure_backoff.delay(failures), at_least)
             if priority is None:
                 priority = self._taken.get(key, NORMAL_PRIORITY)
-            self._add(key, delay, priority, _RETRY)
+            self._add(key, delay, priority, _RETRY, flow)
             return delay
 
     def forget(self, key: K) -> None:
@@ -276,8 +288,8 @@ class WorkQueue(Generic[K]):
     # -- consumers -------------------------------------------------------------------
 
     def get(self, timeout: float | None = None) -> K | None:
-        """Take the next due key -- the highest priority, then the longest ready --,
-        blocking until there is one.
+        """Take the next due key -- the highest priority, then the flow whose turn it is,
+        then the longest ready --, blocking until there is one.
 
         Returns ``None`` after ``timeout`` real seconds (``None``: wait for ever) or once
         the queue is shutting down -- keys still waiting are then not handed out. The
@@ -290,6 +302,7 @@ class WorkQueue(Generic[K]):
                 key = self._pop_ready()
                 if key is not None:
                     self._dirty.discard(key)
+                    self._flow.pop(key, None)
                     self._processing.add(key)
                     self._taken[key] = self._priority.pop(key, NORMAL_PRIORITY)
                     handed = self._pending.pop(key, None)
@@ -363,15 +376,28 @@ class WorkQueue(Generic[K]):
             if self._shutting_down:
                 return None
             now = self._clock()
-            ready: dict[int, int] = {}
-            for priority, _ in self._ready_entry.values():
-                ready[priority] = ready.get(priority, 0) + 1
+            ready = self._ready.by_priority()
             for key, at in self._delayed.items():
                 if at <= now:
                     priority = self._priority.get(key, NORMAL_PRIORITY)
                     ready[priority] = ready.get(priority, 0) + 1
             running = [now - at for at in self._started_at.values()]
             return ready, sum(running), max(running, default=0.0)
+
+    def flow_stats(self) -> dict[str, tuple[int, float]] | None:
+        """For the ``operator_kit_workqueue_flow*`` gauges: each flow with keys ready (due,
+        not held by a worker, promoted by a ``get``): (their number, seconds the oldest
+        has waited since it was due); None after shutdown."""
+        with self._lock:
+            if self._shutting_down:
+                return None
+            now = self._clock()
+            flows: dict[str, tuple[int, float]] = {}
+            for flow, count, first in self._ready.flows():
+                waited = max(0.0, now - self._due_at.get(first, now))
+                was = flows.get(flow, (0, 0.0))
+                flows[flow] = (was[0] + count, max(was[1], waited))
+            return flows
 
     def in_flight(self) -> int:
         """The number of keys being processed now."""
@@ -395,9 +421,10 @@ class WorkQueue(Generic[K]):
     # -- internals; the caller holds self._lock ----------------------------------------
 
     def _add(self, key: K, delay: float, priority: int,
-             trigger: Trigger | Triggers | None = None) -> None:
+             trigger: Trigger | Triggers | None, flow: str) -> None:
         if self._shutting_down:
             return
+        self._flow[key] = flow
         if trigger is not None:
             why = self._pending.get(key)
             if why is None:
@@ -441,25 +468,15 @@ class WorkQueue(Generic[K]):
         if priority <= self._priority[key]:
             return
         self._priority[key] = priority
-        if key in self._ready_entry:
-            self._push_ready(key)  # its old entry goes stale
+        if key in self._ready:
+            self._push_ready(key)  # from its old place
 
     def _push_ready(self, key: K) -> None:
-        priority, sequence = self._priority[key], next(self._sequence)
-        self._ready_entry[key] = (priority, sequence)
-        heapq.heappush(self._ready, (-priority, sequence, key))
+        self._ready.push(key, self._priority[key], self._flow.get(key, DEFAULT_FLOW))
         self._has_work.notify()
-        if len(self._ready) > 64 and len(self._ready) > 2 * len(self._ready_entry):
-            self._ready = [(-p, s, k) for k, (p, s) in self._ready_entry.items()]
-            heapq.heapify(self._ready)
 
     def _pop_ready(self) -> K | None:
-        while self._ready:
-            negative, sequence, key = heapq.heappop(self._ready)
-            if self._ready_entry.get(key) == (-negative, sequence):
-                del self._ready_entry[key]
-                return key
-        return None
+        return self._ready.pop()
 
     def _promote_due(self) -> None:
         """Make every delayed key whose time has come dirty."""

@@ -38,7 +38,7 @@ from operator_kit.runtime.changes import WatchEvent
 from operator_kit.runtime.children import OwnedKinds
 from operator_kit.runtime.consistency import CaughtUp
 from operator_kit.runtime.context import AlreadyOwned, Context
-from operator_kit.runtime.controller import Action, Controller, checked_result
+from operator_kit.runtime.controller import Action, Controller, checked_result, queue_flows
 from operator_kit.runtime.filters import spec_changed
 from operator_kit.runtime.finalizers import (
     Conflict,
@@ -78,6 +78,7 @@ class ControllerRunner(EventSources):
         self.labels = (controller.name, metrics.HUB if cluster is None else cluster)
         self.queue: WorkQueue[Key] = WorkQueue(
             controller.name, cluster=self.labels[1],
+            flows=queue_flows(controller, self.labels, lambda k: self.primary_of(k).get(k)),
             failure_backoff=Backoff(base=controller.on_error, cap=controller.max_backoff))
         self.caught_up = CaughtUp(self.name)
         self.objects = objects if objects is not None else Objects(

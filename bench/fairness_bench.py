@@ -1,0 +1,377 @@
+"""Fairness benchmark: how long quiet tenants' changes wait while a noisy tenant floods the
+work queue, with fairness between namespaces on and off.
+
+Usage::
+
+    python bench/fairness_bench.py --kubeconfig K              # N = 5000, K = 10, 3 rounds
+    python bench/fairness_bench.py --kubeconfig K --noisy 2000 --rounds 2
+    python bench/fairness_bench.py                             # on a plane of its own
+
+Method
+------
+Unless ``--kubeconfig`` is given, the script starts its own local control plane in a
+temporary folder and stops it at the end. It installs a small custom resource,
+``FairItem`` (group ``bench.operator-kit.test``), makes one *noisy* namespace and ``K``
+*quiet* ones (``--quiet-flows``), each quiet one holding one FairItem. Then, for each
+round, each mode in turn (the order alternates from round to round) runs once:
+
+1. an `Operator` with one controller over FairItems in every namespace (one watch, as a
+   platform operator has) starts in this process and reconciles the quiet objects; each
+   reconcile records when it began and the ``spec.index`` it saw, then sleeps
+   ``--reconcile-ms`` (a reconcile's calls to the API server, without their load) on
+   ``--workers`` workers;
+2. the noisy tenant creates ``N`` objects (``--noisy``) in its namespace and updates each
+   once, as fast as ``--noisy-threads`` threads can; meanwhile each quiet flow changes
+   its object (``spec.index`` += 1) once a second;
+3. a quiet change's *wait* is the time from just before its PATCH to the start of the
+   first reconcile that saw it (level-based: a reconcile that saw a later index saw it
+   too); the noisy tenant's *time* runs from its first POST to the start of the last
+   reconcile that saw the last of its updates;
+4. once every noisy update has been reconciled the quiet writers stop; the operator stops
+   when their last changes are reconciled, and the noisy objects are deleted before the
+   next run.
+
+The modes differ only in ``Controller.fairness``:
+
+``fair``
+    the default, ``Fairness()``: each namespace a flow, flows served in turn.
+``fifo``
+    ``fairness = None``: one first-in, first-out queue per priority, the order before.
+
+A flood forms only when the noisy tenant writes faster than the workers reconcile, and
+the quiet flows alone take ``K`` reconciles a second: choose ``--workers`` and
+``--reconcile-ms`` so that ``workers / reconcile`` is well above ``K`` a second and below
+the noisy write rate the first line of each run reports (on a loaded machine, with few
+writes a second, a longer reconcile).
+
+Figures: per run, the quiet waits' p50 and p99 and the noisy time; per mode, the p50 and
+p99 of every quiet wait of every round, and the median noisy time. The last line:
+``fairness: noisy=<N> quiet_flows=<K> quiet_p99_ms=<x> fifo_quiet_p99_ms=<y>
+noisy_s=<s> fifo_noisy_s=<s>``. Everything shares one machine (the API server, etcd,
+this process), so absolute times move with its load; compare the modes within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import sys
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # this checkout's operator_kit, not an installed one
+
+GROUP = "bench.operator-kit.test"
+VERSION = "v1"
+KIND = "FairItem"
+PLURAL = "fairitems"
+MODES = ("fair", "fifo")
+MERGE = "application/merge-patch+json"
+
+
+def fair_kind() -> type[Any]:
+    """The FairItem kind as an operator_kit CustomResource."""
+    from dataclasses import dataclass as plain_dataclass
+
+    from operator_kit import CustomResource
+
+    @plain_dataclass
+    class FairSpec:
+        index: int = 0
+
+    class FairItem(CustomResource):
+        group = GROUP
+        version = VERSION
+        kind = KIND
+        plural = PLURAL
+        spec: FairSpec
+
+    return FairItem
+
+
+def path(namespace: str, name: str = "") -> str:
+    base = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}"
+    return f"{base}/{name}" if name else base
+
+
+class Seen:
+    """Every reconcile's start and the index it saw, by (namespace, name), thread-safely."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self.by_key: dict[tuple[str, str], list[tuple[float, int]]] = defaultdict(list)
+        self.updated: dict[str, float] = {}  # noisy name -> first reconcile seeing index 1
+        self.reconciles = 0
+
+    def record(self, namespace: str, name: str, index: int, noisy: str) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self.reconciles += 1
+            if namespace == noisy:
+                if index >= 1 and name not in self.updated:
+                    self.updated[name] = now
+            else:
+                self.by_key[namespace, name].append((now, index))
+            self._changed.notify_all()
+
+    def noisy_done(self) -> tuple[int, float]:
+        """How many noisy objects were reconciled at their update, and the last start."""
+        with self._lock:
+            return len(self.updated), max(self.updated.values(), default=0.0)
+
+    def quiet_reconciles(self) -> int:
+        with self._lock:
+            return sum(len(seen) for seen in self.by_key.values())
+
+    def first_seeing(self, key: tuple[str, str], index: int) -> float | None:
+        with self._lock:
+            return next((at for at, seen in self.by_key.get(key, ()) if seen >= index), None)
+
+
+@dataclass
+class Run:
+    """One mode's run: each quiet change's wait, and the noisy tenant's time."""
+
+    mode: str
+    round: int
+    waits: list[float] = field(default_factory=list)
+    noisy_s: float = 0.0
+    reconciles: int = 0
+    quiet_reconciles: int = 0
+    busy_s: float = 0.0  # from the first noisy POST to the last quiet change's reconcile
+
+
+def make_controller(kind: type[Any], mode: str, workers: int, seconds: float, seen: Seen,
+                    noisy: str) -> Any:
+    from operator_kit import Action, Context, Controller, Fairness
+
+    class Tenants(Controller[Any]):
+        resource = kind
+        max_concurrent_reconciles = workers
+        name = f"fairness-{mode}"
+        fairness = Fairness() if mode == "fair" else None
+
+        def reconcile(self, obj: Any, ctx: Context) -> Action:
+            seen.record(obj.namespace, obj.name, obj.spec.index, noisy)
+            time.sleep(seconds)
+            return Action.await_change()
+
+    return Tenants()
+
+
+def request(api: Any, method: str, url: str, **options: Any) -> Any:
+    """One request, retried after a throttle or a 5xx; a 409 on create is success."""
+    from kubernetes.client.exceptions import ApiException
+
+    for attempt in range(8):
+        try:
+            return api.request(method, url, **options)
+        except ApiException as err:
+            if err.status == 409 and method == "POST":
+                return None  # created by an attempt whose answer was lost
+            if err.status not in (429, 500, 503, 504) or attempt == 7:
+                raise
+            time.sleep(0.1 * 2 ** attempt)
+    return None
+
+
+def run_mode(cluster: Any, kind: type[Any], noisy: str, quiet: Sequence[str], mode: str,
+             round_: int, options: argparse.Namespace) -> Run:
+    """One run of one mode: the flood, the quiet changes, the operator reconciling them."""
+    from operator_kit import Operator
+
+    seen = Seen()
+    controller = make_controller(kind, mode, options.workers, options.reconcile_ms / 1000,
+                                 seen, noisy)
+    operator = Operator(f"fairness-bench-{mode}", [controller])
+    operator.use(cluster.client)
+    run = Run(mode, round_)
+    stop = threading.Event()
+    writes: list[tuple[tuple[str, str], int, float]] = []  # (key, index, sent)
+    writes_lock = threading.Lock()
+    operator.start()
+    try:
+        if not operator.wait_synced(300):
+            raise SystemExit(f"{mode}: the cache did not sync within 300 s")
+        current = {ns: (cluster.api.request("GET", path(ns, "quiet"))["spec"]["index"])
+                   for ns in quiet}
+
+        def write_quiet(ns: str, offset: float) -> None:
+            if stop.wait(offset):
+                return
+            index = current[ns]
+            while not stop.is_set():
+                index += 1
+                sent = time.monotonic()
+                request(cluster.api, "PATCH", path(ns, "quiet"),
+                        body={"spec": {"index": index}}, content_type=MERGE)
+                with writes_lock:
+                    writes.append(((ns, "quiet"), index, sent))
+                stop.wait(max(0.0, sent + 1.0 - time.monotonic()))
+
+        def flood_one(i: int) -> None:
+            name = f"noisy-{i:05d}"
+            body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND,
+                    "metadata": {"name": name}, "spec": {"index": 0}}
+            request(cluster.api, "POST", path(noisy), body=body)
+            request(cluster.api, "PATCH", path(noisy, name), body={"spec": {"index": 1}},
+                    content_type=MERGE)
+
+        quiet_threads = [threading.Thread(target=write_quiet, args=(ns, i / len(quiet)),
+                                          name=f"quiet-{i}") for i, ns in enumerate(quiet)]
+        for thread in quiet_threads:
+            thread.start()
+        started = time.monotonic()
+        with ThreadPoolExecutor(options.noisy_threads, thread_name_prefix="noisy") as pool:
+            list(pool.map(flood_one, range(options.noisy)))
+        written = time.monotonic() - started
+        deadline = time.monotonic() + 600 + 3 * options.noisy * options.reconcile_ms / 1000
+        while (done := seen.noisy_done())[0] < options.noisy:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{mode}: the noisy updates were not all reconciled")
+            time.sleep(0.01)
+        run.noisy_s = done[1] - started
+        stop.set()
+        for thread in quiet_threads:
+            thread.join(30)
+        deadline = time.monotonic() + 120
+        for key, index, sent in writes:
+            while (began := seen.first_seeing(key, index)) is None:
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"{mode}: quiet change {key} #{index} never reconciled")
+                time.sleep(0.01)
+            run.waits.append(began - sent)
+        run.reconciles = seen.reconciles
+        run.quiet_reconciles = seen.quiet_reconciles()
+        run.busy_s = time.monotonic() - started
+        print(f"#   {mode}: {options.noisy} noisy objects written in {written:.1f}s "
+              f"({2 * options.noisy / written:.0f} writes/s); {len(writes)} quiet changes",
+              flush=True)
+        return run
+    finally:
+        stop.set()
+        operator.stop(10)
+        request(cluster.api, "DELETE", path(noisy))  # the collection
+        deadline = time.monotonic() + 300
+        while cluster.api.request("GET", path(noisy), query={"limit": 1})["items"]:
+            if time.monotonic() > deadline:
+                raise SystemExit("the noisy objects were not deleted within 300 s")
+            time.sleep(0.5)
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """The `p` percentile (0-100) of `values`, nearest rank."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered) + 0.5) - 1))]
+
+
+@contextlib.contextmanager
+def plane(kubeconfig: str | None) -> Iterator[str]:
+    """The given kubeconfig, or a local control plane of our own for the duration."""
+    if kubeconfig:
+        yield kubeconfig
+        return
+    import tempfile
+
+    from operator_kit.localcluster import LocalCluster
+
+    with tempfile.TemporaryDirectory(prefix="fairness-bench-") as tmp:
+        local = LocalCluster(Path(tmp) / "plane")
+        try:
+            yield str(local.up())
+        finally:
+            local.down()
+
+
+def bench(options: argparse.Namespace) -> int:
+    import logging
+
+    import operator_kit
+    from operator_kit.testing import TestCluster
+
+    print(f"# operator_kit from {Path(operator_kit.__file__).parent}", flush=True)
+    print(f"# noisy={options.noisy} quiet_flows={options.quiet_flows} rounds={options.rounds} "
+          f"workers={options.workers} reconcile_ms={options.reconcile_ms:g}", flush=True)
+    logging.basicConfig(level=logging.WARNING, format="%(threadName)s %(name)s: %(message)s")
+    runs: list[Run] = []
+    with plane(options.kubeconfig) as kubeconfig:
+        cluster = TestCluster(kubeconfig)
+        kind = fair_kind()
+        cluster.install_crd(kind)
+        namespaces = [cluster.namespace("fairness-noisy")]
+        try:
+            quiet = []
+            for _ in range(options.quiet_flows):
+                ns = cluster.namespace("fairness-quiet")
+                namespaces.append(ns)
+                quiet.append(ns.name)
+                request(cluster.api, "POST", path(ns.name), body={
+                    "apiVersion": f"{GROUP}/{VERSION}", "kind": KIND,
+                    "metadata": {"name": "quiet"}, "spec": {"index": 0}})
+            print(f"{'mode':>5} {'round':>5} {'quiet p50 ms':>13} {'quiet p99 ms':>13} "
+                  f"{'quiet max ms':>13} {'noisy s':>8} {'reconciles (quiet)':>19} "
+                  f"{'reconciles/s':>12}", flush=True)
+            for round_ in range(options.rounds):
+                for mode in (MODES if round_ % 2 == 0 else MODES[::-1]):
+                    run = run_mode(cluster, kind, namespaces[0].name, quiet, mode, round_,
+                                   options)
+                    runs.append(run)
+                    print(f"{mode:>5} {round_:>5} {percentile(run.waits, 50) * 1000:>13.0f} "
+                          f"{percentile(run.waits, 99) * 1000:>13.0f} "
+                          f"{max(run.waits) * 1000:>13.0f} {run.noisy_s:>8.1f} "
+                          f"{f'{run.reconciles} ({run.quiet_reconciles})':>19} "
+                          f"{run.reconciles / run.busy_s:>12.1f}", flush=True)
+        finally:
+            for ns in namespaces:
+                with contextlib.suppress(Exception):
+                    ns.delete()
+    waits = {m: [w for r in runs if r.mode == m for w in r.waits] for m in MODES}
+    noisy = {m: statistics.median(r.noisy_s for r in runs if r.mode == m) for m in MODES}
+    print()
+    for mode in MODES:
+        print(f"{mode}: {len(waits[mode])} quiet changes over {options.rounds} rounds: p50 "
+              f"{percentile(waits[mode], 50) * 1000:.0f} ms, p99 "
+              f"{percentile(waits[mode], 99) * 1000:.0f} ms, max "
+              f"{max(waits[mode]) * 1000:.0f} ms; noisy tenant (median) {noisy[mode]:.1f}s",
+              flush=True)
+    print(f"noisy time fair/fifo {noisy['fair'] / noisy['fifo']:.3f}x; quiet p99 fifo/fair "
+          f"{percentile(waits['fifo'], 99) / percentile(waits['fair'], 99):.0f}x", flush=True)
+    print(f"fairness: noisy={options.noisy} quiet_flows={options.quiet_flows} "
+          f"quiet_p99_ms={percentile(waits['fair'], 99) * 1000:.0f} "
+          f"fifo_quiet_p99_ms={percentile(waits['fifo'], 99) * 1000:.0f} "
+          f"noisy_s={noisy['fair']:.1f} fifo_noisy_s={noisy['fifo']:.1f}", flush=True)
+    return 0
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--kubeconfig", help="use this cluster instead of a local plane")
+    parser.add_argument("--noisy", type=int, default=5000,
+                        help="objects the noisy tenant creates and updates (5000)")
+    parser.add_argument("--quiet-flows", type=int, default=10,
+                        help="quiet namespaces, each changing one object a second (10)")
+    parser.add_argument("--rounds", type=int, default=3, help="runs per mode (3)")
+    parser.add_argument("--workers", type=int, default=2, help="reconcile workers (2)")
+    parser.add_argument("--reconcile-ms", type=float, default=50.0,
+                        help="milliseconds each reconcile takes (50: fewer reconciles a "
+                        "second than the noisy writes, so its keys pile up)")
+    parser.add_argument("--noisy-threads", type=int, default=16,
+                        help="threads writing the noisy objects (16)")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return bench(parse(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
