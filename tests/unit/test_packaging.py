@@ -24,6 +24,9 @@ LOADED_BY_ITS_HOST = {"operator_kit/testing/plugin.py": {"pytest"}}
 # extra's users import: operator_kit.tracing works without it (tested below).
 OPTIONAL = {"operator_kit/tracing.py": {"opentelemetry": "tracing"},
             "operator_kit/testing/tracing.py": {"opentelemetry": "test"}}
+# Standard library modules newer than the oldest supported Python, imported where an
+# ImportError on it is handled (tomllib: 3.11).
+NEWER_STDLIB = {"tomllib"}
 
 
 def setup_cfg() -> configparser.ConfigParser:
@@ -188,7 +191,7 @@ def third_party_imports() -> dict[str, set[str]]:
                 continue
             for name in names:
                 top = name.split(".", 1)[0]
-                if top in sys.stdlib_module_names or top == "operator_kit":
+                if top in sys.stdlib_module_names or top in NEWER_STDLIB or top == "operator_kit":
                     continue
                 if top in LOADED_BY_ITS_HOST.get(where, set()) or top in OPTIONAL.get(where, {}):
                     continue
