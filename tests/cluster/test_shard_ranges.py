@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -22,10 +23,12 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from operator_kit.client.transport import Resource
 from operator_kit.election.shard_probe import Support, probe
 from operator_kit.election.shard_ranges import assign, owner, ranges_of, selector, uid_hash
 from operator_kit.localcluster import BinariesError, LocalCluster, LocalClusterError
 from operator_kit.localcluster.gates import apiserver_args
+from operator_kit.runtime.watching import Informers
 from operator_kit.testing import Namespace, TestCluster
 
 SHARDED_ENV = "OPERATOR_KIT_TEST_SHARDED_KUBECONFIG"
@@ -61,12 +64,12 @@ def sharded_ns(sharded_cluster: TestCluster) -> Iterator[Namespace]:
     ns.delete()
 
 
-def make_config_maps(ns: Namespace, count: int) -> dict[str, str]:
-    """`count` ConfigMaps; their names by uid."""
+def make_config_maps(ns: Namespace, count: int, prefix: str = "cm") -> dict[str, str]:
+    """`count` ConfigMaps ``<prefix>-NNN``; their names by uid."""
     made: dict[str, str] = {}
     for i in range(count):
         obj = ns.api.request("POST", f"/api/v1/namespaces/{ns.name}/configmaps",
-                             body={"metadata": {"name": f"cm-{i:03d}"}})
+                             body={"metadata": {"name": f"{prefix}-{i:03d}"}})
         made[obj["metadata"]["uid"]] = obj["metadata"]["name"]
     return made
 
@@ -148,3 +151,39 @@ def test_a_selector_the_server_cannot_parse_is_refused_and_the_probe_says_refuse
     # list at all stands in for it) is not trusted with sharding.
     assert probe(sharded_ns.api, f"/api/v1/namespaces/{sharded_ns.name}/nothings") \
         is Support.REFUSED
+
+
+CONFIG_MAPS = Resource("", "v1", "configmaps", "ConfigMap", True)
+
+
+@pytest.mark.parametrize("streaming", [True, False], ids=["streaming-list", "paged-list"])
+def test_each_members_informer_caches_only_its_share_and_follows_changes(
+        sharded_ns: Namespace, streaming: bool) -> None:
+    objects = make_config_maps(sharded_ns, 45)
+    split = assign(["a", "b", "c"])
+    stop = threading.Event()
+    informers = Informers(sharded_ns.api, stop, streaming=streaming)
+    caches = {m: informers.informer(CONFIG_MAPS, namespace=sharded_ns.name,
+                                    shard_selector=selector(ranges_of(slots)))
+              for m, slots in split.items()}
+    informers.start()
+    try:
+        for informer in caches.values():
+            assert informer.synced.wait(30)
+            assert not informer.covers(sharded_ns.name)  # never serves a full read
+            assert informer.initial_list == ("streaming" if streaming else "list")
+        later = make_config_maps(sharded_ns, 15, prefix="late")
+        objects.update(later)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and sum(len(i) for i in caches.values()) < 60:
+            time.sleep(0.1)
+        held = {m: {o["metadata"]["uid"] for o in i.objects()} for m, i in caches.items()}
+        assert sorted(u for uids in held.values() for u in uids) == sorted(objects)
+        for member, uids in held.items():
+            assert {owner(split, uid_hash(u)) for u in uids} == {member}
+        shares = [len(uids) / len(objects) for uids in held.values()]
+        assert all(0.1 < share < 0.6 for share in shares), shares  # about a third each
+    finally:
+        stop.set()
+        informers.interrupt()
+
