@@ -34,9 +34,12 @@ __all__ = [
     "FIELD_UID",
     "HASH_SPACE",
     "SLOTS",
+    "SLOTS_ANNOTATION",
     "Move",
     "ShardRange",
     "assign",
+    "decode_slots",
+    "encode_slots",
     "fnv1a_64",
     "moves",
     "owner",
@@ -193,3 +196,33 @@ def moves(before: Mapping[str, frozenset[int]],
         if old != new:
             out[member] = Move(frozenset(new - old), frozenset(old - new))
     return out
+
+
+# -- what a member publishes ---------------------------------------------------------------
+
+SLOTS_ANNOTATION = "shard.operator-kit.io/slots"
+"""On a member's Lease (server mode): the slots it serves or is about to serve, as
+`encode_slots` writes them. Others start a slot only when no live member claims it."""
+
+
+def encode_slots(held: Iterable[int], slots: int = SLOTS) -> str:
+    """`held` as a bit mask in hex, slot 0 the lowest bit (16 digits for 64 slots)."""
+    mask = 0
+    for slot in held:
+        if not 0 <= slot < slots:
+            raise ValueError(f"slot {slot} is not in 0..{slots - 1}")
+        mask |= 1 << slot
+    return f"{mask:0{(slots + 3) // 4}x}"
+
+
+def decode_slots(text: object, slots: int = SLOTS) -> frozenset[int] | None:
+    """The slots in an annotation `encode_slots` wrote; None when it is not one (anything
+    else another party wrote: not trusted, the caller says what it does instead)."""
+    digits = (slots + 3) // 4
+    if not isinstance(text, str) or len(text) != digits or any(
+            c not in "0123456789abcdef" for c in text):
+        return None
+    mask = int(text, 16)
+    if mask >> slots:
+        return None
+    return frozenset(i for i in range(slots) if mask >> i & 1)

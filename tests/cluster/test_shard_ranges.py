@@ -6,15 +6,12 @@ their uid puts in that member's slots — every object seen once over all member
 a watch filters the same way, the probe (operator_kit.election.shard_probe) tells a gated
 server from the ungated test cluster, and a selector the server cannot parse is refused.
 
-The gated plane is a fixture of its own (`sharded_cluster`): the kubeconfig in
-OPERATOR_KIT_TEST_SHARDED_KUBECONFIG, or a local plane started with the gate from the
-built binaries for the session (about 5 s).
+The gated plane is a fixture of its own (`sharded_cluster`, conftest.py).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -24,37 +21,10 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from operator_kit.client.transport import Resource
-from operator_kit.election.shard_probe import Support, probe
+from operator_kit.election.shard_probe import PROBE_SELECTOR, Support, probe
 from operator_kit.election.shard_ranges import assign, owner, ranges_of, selector, uid_hash
-from operator_kit.localcluster import BinariesError, LocalCluster, LocalClusterError
-from operator_kit.localcluster.gates import apiserver_args
 from operator_kit.runtime.watching import Informers
 from operator_kit.testing import Namespace, TestCluster
-
-SHARDED_ENV = "OPERATOR_KIT_TEST_SHARDED_KUBECONFIG"
-GATE = {"ShardedListAndWatch": True}
-
-
-@pytest.fixture(scope="session")
-def sharded_cluster(tmp_path_factory: pytest.TempPathFactory,
-                    binaries: None) -> Iterator[TestCluster]:
-    """A cluster whose API server filters by shard (module docstring)."""
-    named = os.environ.get(SHARDED_ENV)
-    if named:
-        yield TestCluster(named)
-        return
-    plane = LocalCluster(tmp_path_factory.mktemp("sharded-plane"))
-    try:
-        try:
-            kubeconfig = plane.up(apiserver_args=apiserver_args(GATE))
-        except (LocalClusterError, BinariesError) as err:
-            message = f"a local plane with ShardedListAndWatch would not start: {err}"
-            if TestCluster.required():
-                pytest.fail(message, pytrace=False)
-            pytest.skip(message)
-        yield TestCluster(str(kubeconfig))
-    finally:
-        plane.down()
 
 
 @pytest.fixture
@@ -131,9 +101,17 @@ def test_a_watch_with_a_members_selector_sees_only_its_objects(sharded_ns: Names
 
 
 def test_the_probe_tells_a_filtering_server_from_one_that_ignores_the_selector(
-        sharded_ns: Namespace, namespace: Namespace) -> None:
+        sharded_ns: Namespace, namespace: Namespace, widget_kind: type) -> None:
     assert probe(sharded_ns.api, f"/api/v1/namespaces/{sharded_ns.name}/configmaps") \
         is Support.SERVER
+    # A custom resource's list filters but echoes no shardInfo (1.37.2): the probe's
+    # second question (is an unparsable selector refused?) tells.
+    widgets = f"/apis/ctl.operator-kit.test/v1/namespaces/{sharded_ns.name}/widgets"
+    assert "shardInfo" not in sharded_ns.api.get(widgets, shardSelector=PROBE_SELECTOR)[
+        "metadata"]
+    assert probe(sharded_ns.api, widgets) is Support.SERVER
+    assert probe(namespace.api, widgets.replace(sharded_ns.name, namespace.name)) \
+        is Support.IGNORED
     # The session's plane runs without the gate: it returns everything, echoes nothing.
     make_config_maps(namespace, 4)
     items, info = listed(namespace, selector(ranges_of(assign(["a", "b"])["a"])))

@@ -13,6 +13,8 @@ from operator_kit.election.shard_ranges import (
     SLOTS,
     ShardRange,
     assign,
+    decode_slots,
+    encode_slots,
     fnv1a_64,
     moves,
     owner,
@@ -107,3 +109,13 @@ def test_a_range_outside_the_hash_space_or_empty_is_refused(start: int, end: int
 def test_a_field_the_server_does_not_hash_is_refused() -> None:
     with pytest.raises(ValueError, match=r"object\.metadata\.uid or object\.metadata\.namespace"):
         ShardRange(0, 1).expression("metadata.uid")
+
+
+def test_published_slots_round_trip_and_anything_else_is_not_a_claim() -> None:
+    held = assign(["a", "b", "c"])["b"]
+    assert decode_slots(encode_slots(held)) == held
+    assert encode_slots([0, 63]) == "8000000000000001"
+    assert decode_slots(encode_slots([])) == frozenset()
+    for forged in ("", "ffff", "x" * 16, "FFFFFFFFFFFFFFFF", "1" * 17, None, 12,
+                   "0x00000000000001"):
+        assert decode_slots(forged) is None, forged
