@@ -516,6 +516,17 @@ SHARD_DRAINS = Counter(
     "Objects this member let go of when the sharder asked (the drain handshake).",
     ["operator"],
 )
+SHARD_MODE = Gauge(
+    "operator_kit_shard_mode",
+    "1 for the sharding mode this member runs: server (the API server filters each "
+    "member's share by hash range) or labels (the sharder labels every object).",
+    ["operator", "mode"],
+)
+SHARD_SLOTS = Gauge(
+    "operator_kit_shard_slots",
+    "Hash-space slots this member serves in server mode (of 64; its share is slots/64).",
+    ["operator"],
+)
 
 # -- fleets (operator_kit.fleet) -------------------------------------------------------
 FLEET_KUBECONFIGS_REFUSED = Gauge(

@@ -30,7 +30,7 @@ from operator_kit.api.rbac import Rule, merge_rules
 from operator_kit.api.resources import CustomResource
 from operator_kit.client.events import EventRecorder
 from operator_kit.client.transport import Api, api_client, current_namespace
-from operator_kit.election import leader, sharder, sharding
+from operator_kit.election import leader, range_keeper, shard_probe, sharder, sharding
 from operator_kit.election.leader import LeaderElection, LeaderElector
 from operator_kit.election.sharder import Members, Membership, Sharder
 from operator_kit.election.sharding import Sharding
@@ -81,6 +81,9 @@ class Operator(WebhookServing):
         self._membership: Membership | None = None
         self._sharder: Sharder | None = None
         self._members: Members | None = None
+        self._ranges: range_keeper.RangeKeeper | None = None  # server mode's
+        self.sharding_mode: str | None = None
+        """``"server"`` or ``"labels"`` once a sharded operator started (`Sharding.mode`)."""
         self._namespace = namespace
         self.exit_on_lost_lease = exit_on_lost_lease
         self.lost_lease = False
@@ -261,6 +264,8 @@ class Operator(WebhookServing):
                      if i.started and not i.alive()]
         if self._sharder is not None and not self._sharder.alive_thread():
             dead.append(f"sharder-{self.name}")
+        if self._ranges is not None and not self._ranges.alive_thread():
+            dead.append(f"ranges-{self.name}")
         return dead
 
     # -- running ---------------------------------------------------------------------------
@@ -355,7 +360,7 @@ class Operator(WebhookServing):
         config = self.sharding
         may_reconcile = self._elector.may_reconcile if self._elector else _always
         self._run_controllers(self._leader_controllers(), may_reconcile)
-        if config is not None:
+        if config is not None and self.sharding_mode == "labels":
             with self._lock:
                 if self.stopping.is_set() or self._members is None:
                     return
@@ -411,9 +416,13 @@ class Operator(WebhookServing):
                              f"{', '.join(c.name for c in self.controllers)}")
         # Fleet controllers run on the member clusters (operator_kit.fleet), never here.
         sharded = [c for c in self.controllers if config.shards(c.name) and not c.fleet]
+        self.sharding_mode = mode = self._pick_mode(config, sharded)
         membership: sharder.Membership
 
         def joined() -> None:
+            if mode == "server":
+                self._start_ranges(config, sharded, membership)
+                return
             scope = ShardScope(config.label_key(self.name),
                                         config.drain_label_key(self.name),
                                         membership.identity, self.name)
@@ -430,6 +439,45 @@ class Operator(WebhookServing):
         log.info("operator %s: joining as shard member %s (lease %s)", self.name,
                  membership.identity, membership.election.lease_name)
         membership.start()
+
+    def _pick_mode(self, config: Sharding, sharded: Sequence[Controller[Any]]) -> str:
+        objects = Objects(self.api)
+        return shard_probe.pick_mode(self.api, config.mode, self.name, {
+            c.name: objects.resource(c.resource).path(c.watch_namespaces()[0])
+            for c in sharded})
+
+    def _start_ranges(self, config: Sharding, sharded: Sequence[Controller[Any]],
+                      membership: sharder.Membership) -> None:
+        """Server mode: a `RangeKeeper` starts and stops generations of the sharded runners."""
+        make = range_keeper.generations(
+            self.api, sharded, field_manager=self.name, may_reconcile=membership.may_reconcile,
+            stopping=self.stopping, informers=self._new_informers, started=self._add_runners,
+            stopped=self._drop_runners)
+        with self._lock:
+            if self.stopping.is_set() or self._members is None:
+                return
+            self._ranges = range_keeper.RangeKeeper(
+                self.api, self._members, operator=self.name, namespace=self.namespace,
+                identity=membership.identity, may_reconcile=membership.may_reconcile,
+                make=make, stop=self.stopping)
+            self._ranges.start()
+            self._started = True
+
+    def _add_runners(self, runners: list[ControllerRunner]) -> bool:
+        with self._lock:
+            if self.stopping.is_set():
+                return False
+            self._runners += runners
+            return True
+
+    def _drop_runners(self, runners: list[ControllerRunner]) -> None:
+        with self._lock:
+            self._runners = [r for r in self._runners if r not in runners]
+
+    @property
+    def ranges(self) -> range_keeper.RangeKeeper | None:
+        """This member's slots in server mode (None otherwise, or before it joined)."""
+        return self._ranges
 
     @property
     def membership(self) -> sharder.Membership | None:
@@ -452,10 +500,12 @@ class Operator(WebhookServing):
     def informers(self) -> Informers:
         """The operator's informers: the caches its controllers (and reads) share."""
         if self._informers is None:
-            self._informers = Informers(
-                self.api, self.stopping, stall_timeout=self.watch_stall_timeout,
-                streaming=self.streaming_lists, default_transform=self.default_transform)
+            self._informers = self._new_informers(self.stopping)
         return self._informers
+
+    def _new_informers(self, stop: threading.Event) -> Informers:
+        return Informers(self.api, stop, stall_timeout=self.watch_stall_timeout,
+                         streaming=self.streaming_lists, default_transform=self.default_transform)
 
     def wait_synced(self, timeout: float) -> bool:
         """Wait until every controller's caches have listed (`ready`); False after `timeout`
@@ -493,6 +543,8 @@ class Operator(WebhookServing):
         self._elector_stop.set()
         if self._elector_thread is not None:
             self._elector_thread.join(max(1.0, deadline - time.monotonic()))
+        if self._ranges is not None:  # server mode: its generation's informers end
+            self._ranges.stop(max(0.1, deadline - time.monotonic()))
         if self._membership is not None:  # likewise: its objects go to others at once
             self._membership.stop(deadline)
         log.info("operator %s stopped", self.name)

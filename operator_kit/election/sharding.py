@@ -104,6 +104,9 @@ LABEL_PREFIX = "shard.operator-kit.io/"
 MEMBER_OF = "operator-kit.io/member-of"
 """The label on member Leases: ``operator-kit.io/member-of=<operator name>``."""
 
+MODES = ("auto", "labels", "server")
+"""`Sharding.mode`: auto picks server where the API server filters by shard, else labels."""
+
 _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _IDENTITY = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _DNS_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -122,6 +125,10 @@ class Sharding:
     `LeaderElection`. ``virtual_nodes``: ring points per member (more: better balance).
     ``max_drains_in_flight``: how many objects may be moving at once. ``identity``: this
     member's name (default: the pod name or hostname plus a short random suffix).
+    ``mode``: ``"labels"`` (the assignment label, above), ``"server"`` (the API server
+    filters each member's share by hash range: Kubernetes' ``ShardedListAndWatch``;
+    `operator_kit.election.range_keeper`; the operator refuses to start where the server
+    does not filter) or ``"auto"`` (server where the API server filters, else labels).
     """
 
     controllers: Sequence[str] | None = None
@@ -132,9 +139,13 @@ class Sharding:
     virtual_nodes: int = 200
     max_drains_in_flight: int = 100
     identity: str | None = None
+    mode: str = "auto"
 
     def __post_init__(self) -> None:
         experimental("operator_kit.Sharding", stacklevel=3)  # past the dataclass' __init__
+        if self.mode not in MODES:
+            raise ValueError(f"Sharding mode {self.mode!r} is not one of "
+                             f"{', '.join(map(repr, MODES))}")
         if isinstance(self.controllers, str):
             raise TypeError(f"Sharding controllers must be a list of controller names, not "
                             f"the string {self.controllers!r}; write [{self.controllers!r}]")

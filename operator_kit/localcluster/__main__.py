@@ -1,12 +1,15 @@
 """``python -m operator_kit.localcluster up|down|status|build|image|packages [--dir D]``.
 
-``up --node`` adds a node (`operator_kit.localcluster.node`); ``image PROJECT`` builds an
+``up --feature-gates Name=true,...`` switches kube-apiserver's feature gates on or off
+(`operator_kit.localcluster.gates`; e.g. ``ShardedListAndWatch=true`` for server-side
+sharding); ``up --node`` adds a node (`operator_kit.localcluster.node`); ``image PROJECT`` builds an
 operator project's image and loads it into that node (`operator_kit.localcluster.images`);
 ``packages`` prints the command installing the Debian packages a node needs.
 
 Bad input — an unknown flag, a ``--timeout`` that is not a positive number, a bad
-``--kubernetes-version`` or ``OPERATOR_KIT_KUBERNETES_VERSION``, ``OPERATOR_KIT_BUILD_JOBS``
-or ``OPERATOR_KIT_BINARIES`` — is one line on stderr naming it, and exit code 2.
+``--kubernetes-version`` or ``OPERATOR_KIT_KUBERNETES_VERSION``, a bad
+``--feature-gates``, ``OPERATOR_KIT_BUILD_JOBS`` or ``OPERATOR_KIT_BINARIES`` —
+is one line on stderr naming it, and exit code 2.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from operator_kit.localcluster.binaries import (
     supported_versions,
     user_folder,
 )
+from operator_kit.localcluster.gates import GateError, apiserver_args, gates_of, parse
 from operator_kit.localcluster.images import ImageError, build_operator_image, default_reference
 from operator_kit.localcluster.node import INSTALL_COMMAND, NodeError
 from operator_kit.localcluster.plane import LocalCluster, LocalClusterError, default_dir
@@ -84,7 +88,22 @@ def _main(argv: list[str] | None) -> int:
         help=f"Kubernetes to build or run: {supported_versions()}, or an exact v1.Y.Z "
         f"(default: ${VERSION_ENV}, else {DEFAULT_KUBERNETES_VERSION})",
     )
+    parser.add_argument(
+        "--feature-gates",
+        default=None,
+        help="up: kube-apiserver's feature gates, Name=true[,Name=false...], e.g. "
+        "ShardedListAndWatch=true (default: none; a running plane is reused only with "
+        "the same gates)",
+    )
     args = parser.parse_args(argv)
+    gates: dict[str, bool] = {}
+    if args.feature_gates is not None:
+        if args.command != "up":
+            raise UsageError(f"--feature-gates is for up only, not {args.command}")
+        try:
+            gates = parse(args.feature_gates)
+        except GateError as err:
+            raise UsageError(str(err)) from None
     if args.command == "packages":
         print(INSTALL_COMMAND)
         return 0
@@ -127,12 +146,21 @@ def _main(argv: list[str] | None) -> int:
             print(f"not running ({cluster.dir})", file=sys.stderr)
             return 1
         reused = cluster.running()
-        kubeconfig = cluster.up(timeout=timeout, node=args.node)
+        if reused and gates_of(cluster.state.apiserver_args) != gates:
+            running = ",".join(f"{k}={str(v).lower()}" for k, v in
+                               sorted(gates_of(cluster.state.apiserver_args).items()))
+            print(f"error: the plane in {cluster.dir} runs with feature gates "
+                  f"{running or '(none)'}, not the ones asked for: stop it first (down "
+                  f"--dir {cluster.dir}), or pick another --dir", file=sys.stderr)
+            return 1
+        kubeconfig = cluster.up(timeout=timeout, node=args.node,
+                                apiserver_args=apiserver_args(gates))
         state = "reusing" if reused else "started"
         version = cluster.state.kubernetes_version
         print(
             f"{state} local control plane{f' (Kubernetes {version})' if version else ''}"
-            f"{' with a node' if cluster.state.node else ''} at "
+            f"{' with a node' if cluster.state.node else ''}"
+            f"{' with feature gates ' + args.feature_gates if gates else ''} at "
             f"{cluster.server}; logs in {cluster.dir}/logs",
             file=sys.stderr,
         )

@@ -65,7 +65,8 @@ class ControllerRunner(EventSources):
                  recorder: EventRecorder, stop: threading.Event,
                  informers: Informers, objects: Objects | None = None,
                  may_reconcile: Callable[[], bool] = lambda: True,
-                 shard: ShardScope | None = None, cluster: str | None = None) -> None:
+                 shard: ShardScope | None = None, cluster: str | None = None,
+                 shard_selector: str | None = None) -> None:
         self.controller = controller
         self.cluster = cluster  # a fleet member's name (operator_kit.fleet); None: the hub
         # A shard member's runner watches only the objects labelled with its identity.
@@ -97,11 +98,15 @@ class ControllerRunner(EventSources):
         namespaces = controller.watch_namespaces()  # [None]: every namespace
         # By discovery for any kind but the operator's own (declared in code).
         self.resource = self._resource(self.kind, "resource")
-        self.primaries: dict[str | None, Informer] = dict(zip(namespaces, informers.each(
-            self.resource, namespaces, field_selector=controller.field_selector,
+        # Server-side sharding: the API server sends only the objects in `shard_selector`'s
+        # hash ranges (operator_kit.election.shard_ranges); owned and watched kinds in full.
+        self.primaries: dict[str | None, Informer] = dict(zip(namespaces, [informers.informer(
+            self.resource, namespace=namespace, field_selector=controller.field_selector,
             label_selector=shard.selector(controller.label_selector) if shard
-            else controller.label_selector,
-            transform=controller.primary_transform()), strict=False))
+            else controller.label_selector, shard_selector=shard_selector,
+            transform=controller.primary_transform())
+            for namespace in (namespaces if self.resource.namespaced else [None])],
+            strict=False))
         self._primary_filters = tuple(controller.filters if controller.filters is not None
                                       else (spec_changed,))
         # (informer, handler) for each owned and watched kind

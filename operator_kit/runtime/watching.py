@@ -99,7 +99,8 @@ class Informer:
     `streaming` says whether its initial lists are streamed (default: yes, unless the
     server refused); `default_transform` and `transform` are what objects go through
     before they are cached (`operator_kit.runtime.transforms`). `initial_list` says how
-    its last (re)list was made: ``"streaming"``, ``"list"``, or None before the first."""
+    its last (re)list was made: ``"streaming"``, ``"list"``, or None before the first.
+    `shard_selector`: the API server's ``shardSelector`` (`operator_kit.election.shard_ranges`)."""
 
     def __init__(
         self,
@@ -110,6 +111,7 @@ class Informer:
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        shard_selector: str | None = None,
         page_size: int = 500,
         watch_timeout: float = 300.0,
         stall_timeout: float = 90.0,
@@ -125,6 +127,7 @@ class Informer:
         self.namespace = namespace
         self.label_selector = label_selector
         self.field_selector = field_selector
+        self.shard_selector = shard_selector
         self.page_size = page_size
         self.watch_timeout = watch_timeout
         self.stall_timeout = stall_timeout
@@ -138,7 +141,8 @@ class Informer:
         self._handlers: list[Handler] = []
         where = f" in {namespace}" if namespace else ""
         selectors = ", ".join(f"{name} {value}" for name, value in (
-            ("labels", label_selector), ("fields", field_selector)) if value)
+            ("labels", label_selector), ("fields", field_selector),
+            ("shards", shard_selector)) if value)
         self.description = (f"{resource}{where}" + (f" ({selectors})" if selectors else "")
                             + (" (metadata only)" if metadata_only else "")
                             + (f" (transform {getattr(transform, '__qualname__', transform)})"
@@ -182,7 +186,8 @@ class Informer:
         """Whether this cache holds every object of its kind in `namespace` (None: in
         every namespace): it watches there, with no selector, and in full (or as
         metadata only, when `metadata` is enough)."""
-        if self.label_selector or self.field_selector or (self.metadata_only and not metadata):
+        if self.label_selector or self.field_selector or self.shard_selector or (
+                self.metadata_only and not metadata):
             return False
         return self.namespace is None or self.namespace == namespace
 
@@ -190,7 +195,7 @@ class Informer:
         """Whether `obj` belongs in this cache: watched in its namespace and matching its
         label selector (with a field selector, which only the API server evaluates: no)."""
         namespace = (obj.get("metadata") or {}).get("namespace")
-        if self.field_selector or (self.namespace is not None and namespace != self.namespace):
+        if self.field_selector or self.shard_selector or namespace != (self.namespace or namespace):
             return False
         return not self.label_selector or LabelSelector.of(self.label_selector).matches(obj)
 
@@ -323,7 +328,8 @@ class Informer:
                 self._response = None
 
     def _query(self) -> dict[str, Any]:
-        return {"labelSelector": self.label_selector, "fieldSelector": self.field_selector}
+        return {"labelSelector": self.label_selector, "fieldSelector": self.field_selector,
+                "shardSelector": self.shard_selector}
 
     def relist(self) -> str:
         """List everything (paged), swap the cache, emit the difference; the list's RV.
@@ -488,7 +494,8 @@ def _rv(obj: dict[str, Any]) -> str | None:
     return str(value) if value is not None else None
 
 
-InformerKey = tuple[Resource, str | None, str | None, str | None, bool, Transform | None]
+InformerKey = tuple[Resource, str | None, str | None, str | None, bool, Transform | None,
+                    str | None]
 """(resource, namespace, label selector, field selector, metadata only, transform)."""
 
 
@@ -522,17 +529,19 @@ class Informers:
 
     def informer(self, resource: Resource, *, namespace: str | None = None,
                  label_selector: str | None = None, field_selector: str | None = None,
-                 metadata_only: bool = False, transform: Transform | None = None) -> Informer:
+                 metadata_only: bool = False, transform: Transform | None = None,
+                 shard_selector: str | None = None) -> Informer:
         """The informer watching `resource` this way (with `transform` after the default
         one), made on first use (and started, if the others already run)."""
-        key = (resource, namespace, label_selector, field_selector, metadata_only, transform)
+        key = (resource, namespace, label_selector, field_selector, metadata_only, transform,
+               shard_selector)
         with self._lock:
             informer = self._informers.get(key)
             if informer is None:
                 informer = self._informers[key] = Informer(
                     self.elsewhere.get(resource, self.api), resource, stop=self._stop,
-                    namespace=namespace,
-                    label_selector=label_selector, field_selector=field_selector,
+                    namespace=namespace, label_selector=label_selector,
+                    field_selector=field_selector, shard_selector=shard_selector,
                     stall_timeout=self._stall_timeout, metadata_only=metadata_only,
                     streaming=self.streaming, transform=transform,
                     default_transform=self.default_transform, cluster=self.cluster)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import threading
@@ -14,7 +15,13 @@ from typing import Any
 import pytest
 
 from operator_kit import Action, Context, Controller, CustomResource, Operator, PrinterColumn
-from operator_kit.localcluster import BinariesError, LocalCluster, find_or_build
+from operator_kit.localcluster import (
+    BinariesError,
+    LocalCluster,
+    LocalClusterError,
+    find_or_build,
+    gates,
+)
 from operator_kit.testing import Namespace, TestCluster
 
 
@@ -189,6 +196,37 @@ def binaries() -> None:
         if TestCluster.required():
             pytest.fail(str(err), pytrace=False)
         pytest.skip(str(err))
+
+
+SHARDED_ENV = "OPERATOR_KIT_TEST_SHARDED_KUBECONFIG"
+
+
+@pytest.fixture(scope="session")
+def sharded_cluster(tmp_path_factory: pytest.TempPathFactory,
+                    binaries: None) -> Iterator[TestCluster]:
+    """A cluster whose API server filters lists and watches by shard (the feature gate
+    ShardedListAndWatch on): the kubeconfig in OPERATOR_KIT_TEST_SHARDED_KUBECONFIG, or a
+    local plane started with the gate from the built binaries for the session (about
+    5 s), with the Widget CRD."""
+    named = os.environ.get(SHARDED_ENV)
+    plane = None if named else LocalCluster(tmp_path_factory.mktemp("sharded-plane"))
+    try:
+        if plane is not None:
+            try:
+                named = str(plane.up(apiserver_args=gates.apiserver_args(
+                    {"ShardedListAndWatch": True})))
+            except (LocalClusterError, BinariesError) as err:
+                message = f"a local plane with ShardedListAndWatch would not start: {err}"
+                if TestCluster.required():
+                    pytest.fail(message, pytrace=False)
+                pytest.skip(message)
+        assert named is not None
+        sharded = TestCluster(named)
+        sharded.install_crd(Widget)
+        yield sharded
+    finally:
+        if plane is not None:
+            plane.down()
 
 
 @pytest.fixture(scope="session")

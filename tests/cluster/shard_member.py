@@ -54,6 +54,11 @@ class RecordingController(WidgetController):
 
 def report_cache(operator: Operator, identity: str) -> None:
     while not operator.stopping.wait(1.0):
+        if operator.sharding_mode == "server":  # no labels: its caches hold its share
+            ranges = operator.ranges
+            held = len(ranges.held) if ranges is not None else 0
+            print(f"cache {ranges.cached() if ranges else 0} 0 slots {held}", flush=True)
+            continue
         for informer in operator.informers.values():
             if informer.resource.plural == "widgets" and not informer.metadata_only:
                 objects = informer.objects()
@@ -74,6 +79,7 @@ def main() -> int:
     parser.add_argument("--work", type=float, default=0.0, help="seconds each reconcile waits")
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--children", action="store_true", help="apply a ConfigMap each")
+    parser.add_argument("--mode", default="labels", help="Sharding.mode")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, stream=sys.stdout,
                         format="%(asctime)s %(threadName)s %(name)s %(message)s")
@@ -91,7 +97,7 @@ def main() -> int:
     operator = Operator(
         OPERATOR, [controller], namespace=args.namespace, kubeconfig=args.kubeconfig,
         leader_election=LeaderElection(lease_name=OPERATOR, identity=args.identity, **timings),
-        sharding=Sharding(identity=args.identity, **timings))
+        sharding=Sharding(identity=args.identity, mode=args.mode, **timings))
     threading.Thread(target=report_cache, args=(operator, args.identity), daemon=True,
                      name="report-cache").start()
     return operator.run()

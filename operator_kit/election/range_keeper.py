@@ -1,0 +1,332 @@
+"""Server-side sharding at run time: a member's slots claimed, served and released.
+
+In server mode (``Sharding(mode="server")``, or ``"auto"`` on an API server that filters
+by shard: `operator_kit.election.shard_probe`) no label is written. Every member runs a
+`RangeKeeper` (thread ``ranges-<operator>``) that computes, from the live members
+(`operator_kit.election.sharder.Members`), its target slots (`shard_ranges.assign`: the
+same answer on every member) and moves toward it with today's guarantee — a slot is
+served by one member at a time:
+
+1. **Release first.** Slots it serves but should not: it stops its current *generation*
+   (the sharded controllers' runners and their informers, `Generation`): no new key is
+   handed out, and the reconciles in flight return. Only then does it start a new
+   generation on the slots it keeps, and publish — the annotation
+   ``shard.operator-kit.io/slots`` on its member Lease — that it no longer holds them.
+2. **Claim, confirm, start.** Target slots that no live member claims: it publishes the
+   claim, waits until its own watch of the member Leases shows the write, and looks
+   again. The watch delivers the Lease writes in their order, so of two members that
+   claimed a slot at once, the later writer sees the earlier's claim and withdraws (both
+   may withdraw; each retries after a random pause). The winner then starts a generation
+   whose primary informers list and watch with the selector of its slots.
+
+A claim counts only while its member is alive (`Members`: its Lease seen renewed within
+the lease duration, by this process's own clock, so clock skew between machines does not
+matter): a member that crashed or was paused past its Lease is fenced by then (it exits
+at its renew deadline), and its slots are claimed by their new targets — within one
+lease duration plus a round (`PERIOD`) plus the new generation's list. An annotation that
+is not a slot mask (another party wrote it) is taken as a claim of every slot — safe,
+nothing is reconciled twice — until that Lease expires; it is logged once.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from operator_kit import metrics
+from operator_kit.client.events import EventRecorder
+from operator_kit.client.transport import Api
+from operator_kit.election.shard_ranges import (
+    SLOTS,
+    SLOTS_ANNOTATION,
+    assign,
+    decode_slots,
+    encode_slots,
+    ranges_of,
+    selector,
+)
+from operator_kit.election.sharder import FencedApi, Members
+from operator_kit.election.sharding import member_lease
+from operator_kit.runtime.controller import Controller
+from operator_kit.runtime.objects import Objects
+from operator_kit.runtime.runner import ControllerRunner
+from operator_kit.runtime.watching import Informers
+
+__all__ = ["Generation", "RangeKeeper", "RunnerGeneration", "generations"]
+
+log = logging.getLogger("operator_kit.sharding")
+
+
+class Generation(Protocol):
+    """The sharded controllers running on one set of slots."""
+
+    def stop(self) -> None:
+        """Hand out no more keys, wait for every reconcile in flight, stop the informers."""
+
+    def cached(self) -> int:
+        """Objects in its primary caches."""
+
+
+def _spans(slots: frozenset[int]) -> str:
+    """``0-3,7,9-12``: slots for a log line."""
+    out: list[str] = []
+    for slot in sorted(slots):
+        if out and out[-1].rpartition("-")[2] == str(slot - 1):
+            out[-1] = f"{out[-1].partition('-')[0]}-{slot}"
+        else:
+            out.append(str(slot))
+    return ",".join(out) or "none"
+
+
+class RangeKeeper:
+    """This member's slots in server mode (module docstring). `make` starts a generation
+    for a ``shardSelector``; `may_reconcile` is the member Lease's fence."""
+
+    PERIOD = 0.5
+    """Seconds between rounds when nothing changes (expiries are noticed this late)."""
+    CONFIRM = 10.0
+    """Seconds to wait for the member Leases' watch to show a claim before withdrawing."""
+
+    def __init__(self, api: Api, members: Members, *, operator: str, namespace: str,
+                 identity: str, may_reconcile: Callable[[], bool],
+                 make: Callable[[str], Generation], stop: threading.Event,
+                 slots: int = SLOTS) -> None:
+        self._api = api
+        self._members = members
+        self._operator = operator
+        self._identity = identity
+        self._may_reconcile = may_reconcile
+        self._make = make
+        self._stop = stop
+        self._slots = slots
+        self._path = (f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/"
+                      f"{member_lease(operator, identity)}")
+        self.held: frozenset[int] = frozenset()
+        self._published: frozenset[int] | None = None
+        self._generation: Generation | None = None
+        self._wake = threading.Event()
+        self._lock = threading.Lock()  # one round, or the final stop, at a time
+        self._thread: threading.Thread | None = None
+        self._waiting: frozenset[int] = frozenset()
+        self._distrusted: set[str] = set()
+        self._gauge = metrics.SHARD_SLOTS.labels(operator)
+
+    def start(self) -> None:
+        self._members.on_change(self._wake.set)
+        self._thread = threading.Thread(target=self._run, name=f"ranges-{self._operator}",
+                                        daemon=True)
+        self._thread.start()
+
+    def alive_thread(self) -> bool:
+        return self._thread is None or self._thread.is_alive() or self._stop.is_set()
+
+    def cached(self) -> int:
+        """Objects of the sharded kinds in this member's primary caches now."""
+        generation = self._generation
+        return generation.cached() if generation is not None else 0
+
+    def stop(self, timeout: float) -> None:
+        """On the operator's stop: end the rounds, stop the generation (its reconciles
+        finish first); the member Lease's deletion then releases the slots at once."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(max(0.1, timeout))
+        with self._lock:
+            if self._generation is not None:
+                self._generation.stop()
+                self._generation = None
+
+    # -- the rounds ------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.PERIOD)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            if not self._may_reconcile():  # not joined yet, or fenced: start nothing
+                continue
+            try:
+                with self._lock:
+                    self._round()
+            except Exception as err:  # noqa: BLE001 - the next round tries again
+                log.warning("sharding %s: member %s: a round failed (%s); trying again in "
+                            "%.1fs", self._operator, self._identity, err, self.PERIOD)
+
+    def target(self) -> frozenset[int]:
+        """This member's slots among the live members (itself included)."""
+        alive = self._members.alive() | {self._identity}
+        return assign(alive, self._slots).get(self._identity, frozenset())
+
+    def claims(self) -> dict[str, frozenset[int]]:
+        """What each other live member claims (its Lease's annotation)."""
+        alive = self._members.alive()
+        out: dict[str, frozenset[int]] = {}
+        for lease in self._members.informer.objects():
+            holder = str((lease.get("spec") or {}).get("holderIdentity") or "")
+            meta = lease.get("metadata") or {}
+            if holder == self._identity or holder not in alive or \
+                    meta.get("name") != member_lease(self._operator, holder):
+                continue
+            raw = (meta.get("annotations") or {}).get(SLOTS_ANNOTATION)
+            if raw is None:
+                continue
+            slots = decode_slots(raw, self._slots)
+            if slots is None:
+                if holder not in self._distrusted:
+                    self._distrusted.add(holder)
+                    log.warning("sharding %s: member %s's Lease carries %s=%r, which is not "
+                                "a slot mask: taken as a claim of every slot (nothing moves "
+                                "to this member meanwhile) until its Lease expires or the "
+                                "member publishes again", self._operator, holder,
+                                SLOTS_ANNOTATION, str(raw)[:80])
+                slots = frozenset(range(self._slots))
+            out[holder] = slots
+        return out
+
+    def _round(self) -> None:
+        target = self.target()
+        lose = self.held - target
+        if lose:
+            log.info("sharding %s: member %s releases slots %s: its reconciles of them "
+                     "finish first", self._operator, self._identity, _spans(lose))
+            self._serve(self.held & target)
+            self._publish(self.held)
+        claimed: set[int] = set()
+        for slots in self.claims().values():
+            claimed |= slots
+        free = target - self.held - claimed
+        waiting = frozenset(target - self.held - free)
+        if waiting != self._waiting:
+            self._waiting = waiting
+            if waiting:
+                log.info("sharding %s: member %s waits for slots %s: another live member "
+                         "still claims them (it releases them once its reconciles return, "
+                         "or its Lease expires)", self._operator, self._identity,
+                         _spans(waiting))
+        if free:
+            self._claim(frozenset(free))
+        elif self._published != self.held:
+            self._publish(self.held)
+
+    def _claim(self, free: frozenset[int]) -> None:
+        version = self._publish(self.held | free)
+        if not self._members.informer.wait_seen(version, self.CONFIRM):
+            log.warning("sharding %s: member %s: its claim of slots %s did not show in the "
+                        "member Leases' watch within %.0fs: withdrawn, tried again later",
+                        self._operator, self._identity, _spans(free), self.CONFIRM)
+            self._publish(self.held)
+            return
+        contested: set[int] = set()
+        for slots in self.claims().values():
+            contested |= free & slots
+        if contested:
+            log.info("sharding %s: member %s: slots %s were claimed by another member "
+                     "first: withdrawn, tried again after a pause", self._operator,
+                     self._identity, _spans(frozenset(contested)))
+            self._publish(self.held | (free - contested))
+            self._stop.wait(random.uniform(0.2, 1.0))
+            free = frozenset(free - contested)
+        if free:
+            self._serve(self.held | free)
+            log.info("sharding %s: member %s serves slots %s (%d of %d)", self._operator,
+                     self._identity, _spans(self.held), len(self.held), self._slots)
+
+    # -- acting ----------------------------------------------------------------------------
+
+    def _serve(self, slots: frozenset[int]) -> None:
+        """Stop the current generation (its reconciles return first), start one on
+        `slots` (none: serve nothing)."""
+        started = time.monotonic()
+        if self._generation is not None:
+            self._generation.stop()
+            self._generation = None
+        self.held = slots
+        self._gauge.set(len(slots))
+        if slots:
+            self._generation = self._make(selector(ranges_of(slots, self._slots)))
+        log.debug("sharding %s: member %s switched to slots %s in %.2fs", self._operator,
+                  self._identity, _spans(slots), time.monotonic() - started)
+
+    def _publish(self, slots: frozenset[int]) -> str:
+        """Write `slots` on this member's Lease; the resourceVersion written."""
+        answer: Any = self._api.request(
+            "PATCH", self._path, content_type="application/merge-patch+json",
+            body={"metadata": {"annotations": {
+                SLOTS_ANNOTATION: encode_slots(slots, self._slots)}}})
+        self._published = slots
+        return str(answer["metadata"]["resourceVersion"])
+
+
+class RunnerGeneration:
+    """The sharded controllers' runners on one set of slots, on informers of their own
+    (stopped with them): what `RangeKeeper` starts and stops (`Generation`).
+    `on_stopped` is told which runners ended; `stopping` is the operator's stop (a stop
+    then waits no longer for reconciles in flight: the process is on its way out)."""
+
+    WAIT_LOG = 10.0
+    """Seconds between the lines saying reconciles in flight hold a release up."""
+
+    def __init__(self, runners: list[ControllerRunner], informers: Informers,
+                 stop: threading.Event, *, stopping: threading.Event,
+                 on_stopped: Callable[[list[ControllerRunner]], None]) -> None:
+        self.runners = runners
+        self._informers = informers
+        self._stop = stop
+        self._stopping = stopping
+        self._on_stopped = on_stopped
+
+    def start(self) -> None:
+        self._informers.start()
+        for runner in self.runners:
+            runner.start()
+
+    def cached(self) -> int:
+        return sum(len(i) for r in self.runners for i in r.primaries.values())
+
+    def stop(self) -> None:
+        started = time.monotonic()
+        for runner in self.runners:
+            while not runner.shut_down(self.WAIT_LOG) and not self._stopping.is_set():
+                log.warning("%s: reconciles still running %.0fs after its slots were "
+                            "released; the slots move once they return", runner.name,
+                            time.monotonic() - started)
+        self._stop.set()
+        self._informers.interrupt()
+        self._informers.join(time.monotonic() + 5.0)
+        self._on_stopped(self.runners)
+
+
+def generations(api: Api, controllers: Sequence[Controller[Any]], *, field_manager: str,
+                may_reconcile: Callable[[], bool], stopping: threading.Event,
+                informers: Callable[[threading.Event], Informers],
+                started: Callable[[list[ControllerRunner]], bool],
+                stopped: Callable[[list[ControllerRunner]], None],
+                ) -> Callable[[str], RunnerGeneration]:
+    """What `RangeKeeper` calls to start `controllers` on a ``shardSelector``: runners
+    whose reconciles write through the member's fence (`FencedApi`), on informers of
+    their own (`informers(stop)`); `started` is told of them (False: the operator is
+    stopping, so they are not started) and `stopped` when they end."""
+
+    def make(shard_selector: str) -> RunnerGeneration:
+        stop = threading.Event()
+        caches = informers(stop)
+        fenced = FencedApi(api, may_reconcile)
+        objects = Objects(fenced, caches, field_manager=field_manager)
+        recorder = EventRecorder(api, field_manager)
+        runners = [ControllerRunner(
+            controller, fenced, field_manager=field_manager, recorder=recorder, stop=stop,
+            informers=caches, objects=objects, may_reconcile=may_reconcile,
+            shard_selector=shard_selector) for controller in controllers]
+        generation = RunnerGeneration(runners, caches, stop, stopping=stopping,
+                                      on_stopped=stopped)
+        if started(runners):
+            generation.start()
+        return generation
+
+    return make

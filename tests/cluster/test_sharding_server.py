@@ -1,0 +1,130 @@
+"""Server-side sharding (``Sharding(mode="server")``) with real member processes
+(tests/cluster/shard_member.py) on a plane with ShardedListAndWatch (`sharded_cluster`).
+
+The same member program, log and overlap checker as tests/cluster/test_sharding.py: no
+two reconciles of one key may ever run at once, through a join, a clean leave and a kill.
+No label is written: the API server sends each member only the objects in its slots.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from operator_kit import LeaderElection, Operator, Sharding
+from operator_kit.election.shard_ranges import SLOTS, assign, owner, slot_of, uid_hash
+from operator_kit.testing import Namespace, TestCluster, eventually
+
+from .conftest import WidgetController
+from .shard_member import LABEL
+from .test_sharding import LEASE, Member, create_widgets, overlaps, runs
+
+
+@pytest.fixture
+def server_ns(sharded_cluster: TestCluster) -> Iterator[Namespace]:
+    ns = sharded_cluster.namespace("sharding-server")
+    yield ns
+    ns.delete()
+
+
+@pytest.fixture
+def server_members(server_ns: Namespace) -> Iterator[list[Member]]:
+    started: list[Member] = []
+    yield started
+    for member in started:
+        member.stop()
+
+
+def report(member: Member) -> tuple[int, int] | None:
+    """(objects cached, slots served) as `member` last said."""
+    for line in reversed(member.lines):
+        if line.startswith("cache ") and " slots " in line:
+            parts = line.split()
+            return int(parts[1]), int(parts[-1])
+    return None
+
+
+def slots(member: Member) -> int | None:
+    last = report(member)
+    return last[1] if last else None
+
+
+def reconciled(log: Path) -> dict[str, list[tuple[str, float]]]:
+    """key -> [(member, start)] of every reconcile that ended."""
+    out: dict[str, list[tuple[str, float]]] = {}
+    for run in runs(log):
+        if run.end != float("inf"):
+            out.setdefault(run.key, []).append((run.member, run.start))
+    return out
+
+
+def uids(ns: Namespace) -> dict[str, str]:
+    return {f"{ns.name}/{w['metadata']['name']}": w["metadata"]["uid"]
+            for w in ns.list("ctl.operator-kit.test/v1", "Widget")}
+
+
+def test_members_share_by_hash_range_through_join_leave_and_kill_with_no_overlap(
+        server_ns: Namespace, sharded_cluster: TestCluster, server_members: list[Member],
+        tmp_path: Path) -> None:
+    log = tmp_path / "runs.log"
+    names = ["sa", "sb", "sc"]
+    server_members += [Member(server_ns, sharded_cluster.kubeconfig, n, log, "--mode", "server")
+                       for n in names]
+    eventually(60, lambda: sum(slots(m) or 0 for m in server_members) == SLOTS
+               and all(slots(m) for m in server_members),
+               message="three members never served all 64 slots")
+    create_widgets(server_ns, 60)
+    eventually(60, lambda: len(reconciled(log)) == 60)
+    # No label written: the API server filtered; each member cached only its share.
+    assert not [w for w in server_ns.list("ctl.operator-kit.test/v1", "Widget")
+                if LABEL in (w["metadata"].get("labels") or {})]
+    caches = eventually(10, lambda: (c := [(report(m) or (0, 0))[0] for m in server_members])
+                        and sum(c) == 60 and c)
+    assert all(0 < c < 60 for c in caches), caches
+
+    # Join: a fourth member; widgets created while slots move are reconciled by their owner.
+    server_members.append(Member(server_ns, sharded_cluster.kubeconfig, "sd", log,
+                                 "--mode", "server"))
+    create_widgets(server_ns, 20, prefix="during-join-")
+    eventually(60, lambda: slots(server_members[3]) and sum(
+        slots(m) or 0 for m in server_members) == SLOTS, message="the joiner got no slots")
+    eventually(60, lambda: len(reconciled(log)) == 80)
+    split = assign(["sa", "sb", "sc", "sd"])
+    last_by = {key: max(done, key=lambda r: r[1])[0] for key, done in reconciled(log).items()}
+    for key, uid in uids(server_ns).items():
+        if "during-join-" in key:
+            assert last_by[key] == owner(split, uid_hash(uid)), key
+
+    # Leave cleanly, then kill one: its slots are taken over after its Lease expires.
+    server_members[1].process.send_signal(signal.SIGTERM)
+    assert server_members[1].process.wait(30) == 0
+    eventually(60, lambda: sum(slots(m) or 0 for m in (server_members[0], *server_members[2:]))
+               == SLOTS, message="the slots of the member that left were not taken over")
+    killed_at = time.time()
+    server_members[2].process.kill()
+    create_widgets(server_ns, 12, prefix="after-kill-")
+    eventually(LEASE + 45, lambda: len(reconciled(log)) == 92)
+    orphaned = assign(["sa", "sc", "sd"])["sc"]
+    taken = [min(s for _, s in reconciled(log)[key]) - killed_at
+             for key, uid in uids(server_ns).items()
+             if "after-kill-" in key and slot_of(uid_hash(uid)) in orphaned]
+    print(f"takeover after kill: {max(taken, default=0):.1f}s over {len(taken)} objects")
+    assert max(taken, default=0) < LEASE + 30
+    bad = overlaps(runs(log, {"sc": killed_at}))
+    assert not bad, f"{len(bad)} overlapping reconciles, e.g. {bad[:3]}"
+
+
+def test_mode_server_where_the_api_server_does_not_filter_refuses_to_start(
+        cluster: TestCluster, namespace: Namespace, widget_kind: type) -> None:
+    operator = Operator(
+        "shard-refused", [WidgetController(namespace.name)], namespace=namespace.name,
+        leader_election=LeaderElection(lease_name="shard-refused"),
+        sharding=Sharding(mode="server"))
+    operator.use(cluster.client)
+    with pytest.raises(RuntimeError, match=r"does not filter by shard.*ShardedListAndWatch"):
+        operator.start()
+    operator.stop(timeout=5)
