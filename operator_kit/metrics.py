@@ -10,10 +10,8 @@ here with the same labels and meaning, so dashboards and alerts written for Go
 operators (kubebuilder's Grafana dashboards, the usual alert rules) work unchanged:
 ``controller_runtime_reconcile_total{controller,cluster,result}`` and its siblings,
 ``workqueue_*{name,controller,cluster}`` (name and controller both the queue's
-controller; ``workqueue_depth`` also by ``priority``, as controller-runtime's priority
-queue),
-``leader_election_master_status{name}``, ``controller_runtime_webhook_*{webhook}`` and
-client-go's ``rest_client_requests_total{code,method,host}`` and its siblings.
+controller; ``workqueue_depth`` also by ``priority``), ``leader_election_master_status``,
+``controller_runtime_webhook_*{webhook}``, client-go's ``rest_client_requests_total``...
 `Both` updates an operator_kit metric and its controller-runtime twin together, so the
 two can never disagree.
 
@@ -25,12 +23,9 @@ as controller-runtime's and dashboards written for those keep working; ``sum by
 (controller)`` adds the members up, ``{cluster!=""}`` picks them. `forget_cluster` drops
 a member's series when it leaves.
 
-No ``_created`` series: prometheus_client would add one per counter and histogram child
-(the Unix time it was made), doubling the series a scrape stores for a value nothing
-reads (Prometheus ignores it unless asked; controller-runtime's Go client exports none).
-Importing this module turns them off for the whole process (`disable_created_metrics`),
-as ``PROMETHEUS_DISABLE_CREATED_SERIES=True`` would; `exposition` is what ``/metrics``
-serves.
+No ``_created`` series (one per counter and histogram child, doubling what a scrape
+stores for a value nothing reads; controller-runtime exports none): importing this
+module turns them off (`disable_created_metrics`). `exposition` is what ``/metrics`` serves.
 """
 
 from __future__ import annotations
