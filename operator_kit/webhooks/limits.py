@@ -51,11 +51,13 @@ DEFAULT_THREADS = 8
 SMALL_BODY_BYTES = 256 * 1024
 """Bodies below this are answered without taking from the budget (one per thread)."""
 
-BYTES_PER_BODY_BYTE = 10
+BYTES_PER_BODY_BYTE = 12
 """Peak resident memory of the worker per byte of request body while it is answered:
 measured 8.1-9.0 for a ConversionReview (parsed, each object decoded, converted, the
-answer encoded) and 5.0-5.2 for an UPDATE AdmissionReview, by
-bench/conversion_memory_bench.py; rounded up."""
+answer encoded) and 5.0-5.2 for an UPDATE AdmissionReview on CPython 3.11, by
+bench/conversion_memory_bench.py; 11.9 for eight 8 MiB conversions at once on CPython
+3.10 (tests/unit/test_webhook_edges.py, which runs on every supported Python); rounded
+up."""
 
 CONTROLLERS_MEMORY_MIB = 256
 """What the operator's processes may use besides answering webhooks: gunicorn's master and
