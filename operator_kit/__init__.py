@@ -8,10 +8,10 @@ certificate, manifests generated from the code, metrics and probes.
 Only the public names are here; everything else is internal to its module.
 """
 
-import importlib
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from operator_kit._lazy import lazy_names
 from operator_kit._stability import ExperimentalWarning
 from operator_kit._version import __version__ as __version__
 from operator_kit.runtime import filters, transforms
@@ -78,18 +78,7 @@ _HOMES = {name: module for module, names in {
 }.items() for name in names}
 
 
-def __getattr__(name: str) -> Any:
-    """A public name, imported from its module the first time it is asked for."""
-    module = _HOMES.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_names(globals(), _HOMES)
 
 
 # ``import operator_kit.filters`` and ``from operator_kit.filters import spec_changed``: the

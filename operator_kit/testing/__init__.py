@@ -15,8 +15,9 @@ The pytest plugin (`operator_kit.testing.plugin`, registered as an entry point) 
 the ``cluster`` (session) and ``namespace`` (per test) fixtures.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from operator_kit._lazy import lazy_names
 
 if TYPE_CHECKING:
     from operator_kit.testing.admission import admission_review
@@ -45,18 +46,7 @@ _HOMES = {"admission_review": "operator_kit.testing.admission",
               "stop_process")}}
 
 
-def __getattr__(name: str) -> Any:
-    """A public name, imported from its module the first time it is asked for."""
-    module = _HOMES.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_names(globals(), _HOMES)
 
 
 __all__ = [
