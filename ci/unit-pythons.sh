@@ -42,7 +42,7 @@ done
 run_suite() {
   local version="$1" status=0
   SECONDS=0
-  "$work/$version/bin/python" -m pytest -q -p no:cacheprovider \
+  "$work/$version/bin/python" -m pytest -q -rs -p no:cacheprovider \
     --basetemp "$work/$version-tmp" tests/unit > "$work/$version.log" 2>&1 || status=$?
   echo "(Python $version: $SECONDS s)" >> "$work/$version.log"
   echo "$status" > "$work/$version.status"

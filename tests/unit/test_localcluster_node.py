@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tarfile
 from pathlib import Path
 
@@ -170,10 +171,13 @@ def test_an_image_of_a_folder_that_is_no_project_says_so(tmp_path: Path) -> None
 
 def test_the_default_reference_comes_from_the_projects_name_and_version(
         tmp_path: Path) -> None:
-    pytest.importorskip("tomllib")  # Python 3.11+; 3.10 is told to name the image itself
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "Backup_Operator"\n'
                                              'version = "0.2.0"\n')
-    assert images.default_reference(tmp_path) == "operator-kit.local/backup_operator:0.2.0"
+    if sys.version_info < (3, 11):  # no tomllib: told to name the image itself
+        with pytest.raises(images.ImageError, match="--tag NAME:VERSION"):
+            images.default_reference(tmp_path)
+    else:
+        assert images.default_reference(tmp_path) == "operator-kit.local/backup_operator:0.2.0"
 
 
 def test_the_build_path_of_the_venv_is_rewritten_to_the_path_inside_the_image(
