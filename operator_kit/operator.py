@@ -457,9 +457,9 @@ class Operator(WebhookServing):
             if self.stopping.is_set() or self._members is None:
                 return
             self._ranges = range_keeper.RangeKeeper(
-                self.api, self._members, operator=self.name, namespace=self.namespace,
-                identity=membership.identity, may_reconcile=membership.may_reconcile,
-                make=make, stop=self.stopping)
+                self._members, operator=self.name, identity=membership.identity,
+                may_reconcile=membership.may_reconcile, make=make,
+                annotate=membership.elector.annotate, stop=self.stopping)
             self._ranges.start()
             self._started = True
 

@@ -10,7 +10,9 @@ served by one member at a time:
 1. **Release first.** Slots it serves but should not: it stops its current *generation*
    (the sharded controllers' runners and their informers, `Generation`): no new key is
    handed out, and the reconciles in flight return. Only then does it start a new
-   generation on the slots it keeps, and publish — the annotation
+   generation on the slots it keeps — its caches filled from the old one's, so the
+   objects it keeps are not reconciled again (`operator_kit.election.generation`) —
+   and publish — the annotation
    ``shard.operator-kit.io/slots`` on its member Lease — that it no longer holds them.
 2. **Claim, confirm, start.** Target slots that no live member claims: it publishes the
    claim, waits until its own watch of the member Leases shows the write, and looks
@@ -34,27 +36,20 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from operator_kit import metrics
-from operator_kit.client.events import EventRecorder
-from operator_kit.client.transport import Api
+from operator_kit.election.generation import Carried, RunnerGeneration, generations
 from operator_kit.election.shard_ranges import (
     SLOTS,
     SLOTS_ANNOTATION,
     assign,
     decode_slots,
     encode_slots,
-    ranges_of,
-    selector,
 )
-from operator_kit.election.sharder import FencedApi, Members
+from operator_kit.election.sharder import Members
 from operator_kit.election.sharding import member_lease
-from operator_kit.runtime.controller import Controller
-from operator_kit.runtime.objects import Objects
-from operator_kit.runtime.runner import ControllerRunner
-from operator_kit.runtime.watching import Informers
 
 __all__ = ["Generation", "RangeKeeper", "RunnerGeneration", "generations"]
 
@@ -70,6 +65,9 @@ class Generation(Protocol):
     def cached(self) -> int:
         """Objects in its primary caches."""
 
+    def carry(self) -> Carried:
+        """After `stop`: what the next generation starts from (`Carried`)."""
+
 
 def _spans(slots: frozenset[int]) -> str:
     """``0-3,7,9-12``: slots for a log line."""
@@ -84,18 +82,19 @@ def _spans(slots: frozenset[int]) -> str:
 
 class RangeKeeper:
     """This member's slots in server mode (module docstring). `make` starts a generation
-    for a ``shardSelector``; `may_reconcile` is the member Lease's fence."""
+    on a set of slots, from what the previous one carried (`Carried`: the objects of the
+    slots it keeps are not reconciled again); `may_reconcile` is the member Lease's fence."""
 
     PERIOD = 0.5
     """Seconds between rounds when nothing changes (expiries are noticed this late)."""
     CONFIRM = 10.0
     """Seconds to wait for the member Leases' watch to show a claim before withdrawing."""
 
-    def __init__(self, api: Api, members: Members, *, operator: str, namespace: str,
-                 identity: str, may_reconcile: Callable[[], bool],
-                 make: Callable[[str], Generation], stop: threading.Event,
+    def __init__(self, members: Members, *, operator: str, identity: str,
+                 may_reconcile: Callable[[], bool],
+                 make: Callable[[frozenset[int], Carried | None], Generation],
+                 annotate: Callable[[dict[str, str]], str], stop: threading.Event,
                  slots: int = SLOTS) -> None:
-        self._api = api
         self._members = members
         self._operator = operator
         self._identity = identity
@@ -103,8 +102,10 @@ class RangeKeeper:
         self._make = make
         self._stop = stop
         self._slots = slots
-        self._path = (f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/"
-                      f"{member_lease(operator, identity)}")
+        # Writes the member Lease's annotation between the elector's renewals
+        # (`LeaderElector.annotate`): a renewal racing a write of its own would conflict
+        # (409) and end the membership.
+        self._annotate = annotate
         self.held: frozenset[int] = frozenset()
         self._published: frozenset[int] | None = None
         self._generation: Generation | None = None
@@ -241,92 +242,22 @@ class RangeKeeper:
 
     def _serve(self, slots: frozenset[int]) -> None:
         """Stop the current generation (its reconciles return first), start one on
-        `slots` (none: serve nothing)."""
+        `slots` (none: serve nothing) from what the stopped one carries."""
         started = time.monotonic()
+        carried: Carried | None = None
         if self._generation is not None:
             self._generation.stop()
+            carried = self._generation.carry() if slots else None
             self._generation = None
         self.held = slots
         self._gauge.set(len(slots))
         if slots:
-            self._generation = self._make(selector(ranges_of(slots, self._slots)))
+            self._generation = self._make(slots, carried)
         log.debug("sharding %s: member %s switched to slots %s in %.2fs", self._operator,
                   self._identity, _spans(slots), time.monotonic() - started)
 
     def _publish(self, slots: frozenset[int]) -> str:
         """Write `slots` on this member's Lease; the resourceVersion written."""
-        answer: Any = self._api.request(
-            "PATCH", self._path, content_type="application/merge-patch+json",
-            body={"metadata": {"annotations": {
-                SLOTS_ANNOTATION: encode_slots(slots, self._slots)}}})
+        version = self._annotate({SLOTS_ANNOTATION: encode_slots(slots, self._slots)})
         self._published = slots
-        return str(answer["metadata"]["resourceVersion"])
-
-
-class RunnerGeneration:
-    """The sharded controllers' runners on one set of slots, on informers of their own
-    (stopped with them): what `RangeKeeper` starts and stops (`Generation`).
-    `on_stopped` is told which runners ended; `stopping` is the operator's stop (a stop
-    then waits no longer for reconciles in flight: the process is on its way out)."""
-
-    WAIT_LOG = 10.0
-    """Seconds between the lines saying reconciles in flight hold a release up."""
-
-    def __init__(self, runners: list[ControllerRunner], informers: Informers,
-                 stop: threading.Event, *, stopping: threading.Event,
-                 on_stopped: Callable[[list[ControllerRunner]], None]) -> None:
-        self.runners = runners
-        self._informers = informers
-        self._stop = stop
-        self._stopping = stopping
-        self._on_stopped = on_stopped
-
-    def start(self) -> None:
-        self._informers.start()
-        for runner in self.runners:
-            runner.start()
-
-    def cached(self) -> int:
-        return sum(len(i) for r in self.runners for i in r.primaries.values())
-
-    def stop(self) -> None:
-        started = time.monotonic()
-        for runner in self.runners:
-            while not runner.shut_down(self.WAIT_LOG) and not self._stopping.is_set():
-                log.warning("%s: reconciles still running %.0fs after its slots were "
-                            "released; the slots move once they return", runner.name,
-                            time.monotonic() - started)
-        self._stop.set()
-        self._informers.interrupt()
-        self._informers.join(time.monotonic() + 5.0)
-        self._on_stopped(self.runners)
-
-
-def generations(api: Api, controllers: Sequence[Controller[Any]], *, field_manager: str,
-                may_reconcile: Callable[[], bool], stopping: threading.Event,
-                informers: Callable[[threading.Event], Informers],
-                started: Callable[[list[ControllerRunner]], bool],
-                stopped: Callable[[list[ControllerRunner]], None],
-                ) -> Callable[[str], RunnerGeneration]:
-    """What `RangeKeeper` calls to start `controllers` on a ``shardSelector``: runners
-    whose reconciles write through the member's fence (`FencedApi`), on informers of
-    their own (`informers(stop)`); `started` is told of them (False: the operator is
-    stopping, so they are not started) and `stopped` when they end."""
-
-    def make(shard_selector: str) -> RunnerGeneration:
-        stop = threading.Event()
-        caches = informers(stop)
-        fenced = FencedApi(api, may_reconcile)
-        objects = Objects(fenced, caches, field_manager=field_manager)
-        recorder = EventRecorder(api, field_manager)
-        runners = [ControllerRunner(
-            controller, fenced, field_manager=field_manager, recorder=recorder, stop=stop,
-            informers=caches, objects=objects, may_reconcile=may_reconcile,
-            shard_selector=shard_selector) for controller in controllers]
-        generation = RunnerGeneration(runners, caches, stop, stopping=stopping,
-                                      on_stopped=stopped)
-        if started(runners):
-            generation.start()
-        return generation
-
-    return make
+        return version

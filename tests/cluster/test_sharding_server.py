@@ -9,6 +9,7 @@ No label is written: the API server sends each member only the objects in its sl
 from __future__ import annotations
 
 import signal
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,6 +38,8 @@ def server_members(server_ns: Namespace) -> Iterator[list[Member]]:
     yield started
     for member in started:
         member.stop()
+        (Path(tempfile.gettempdir()) / f"shard-member-{member.identity}.out").write_text(
+            "".join(member.lines))
 
 
 def report(member: Member) -> tuple[int, int] | None:
@@ -87,17 +90,35 @@ def test_members_share_by_hash_range_through_join_leave_and_kill_with_no_overlap
     assert all(0 < c < 60 for c in caches), caches
 
     # Join: a fourth member; widgets created while slots move are reconciled by their owner.
+    before = assign(["sa", "sb", "sc"])
     server_members.append(Member(server_ns, sharded_cluster.kubeconfig, "sd", log,
                                  "--mode", "server"))
     create_widgets(server_ns, 20, prefix="during-join-")
     eventually(60, lambda: slots(server_members[3]) and sum(
         slots(m) or 0 for m in server_members) == SLOTS, message="the joiner got no slots")
-    eventually(60, lambda: len(reconciled(log)) == 80)
     split = assign(["sa", "sb", "sc", "sd"])
-    last_by = {key: max(done, key=lambda r: r[1])[0] for key, done in reconciled(log).items()}
-    for key, uid in uids(server_ns).items():
-        if "during-join-" in key:
-            assert last_by[key] == owner(split, uid_hash(uid)), key
+    target = {key: owner(split, uid_hash(uid)) for key, uid in uids(server_ns).items()}
+
+    def all_by_their_owner() -> bool:
+        done = reconciled(log)
+        left = {k: done.get(k) for k in target
+                if not any(m == target[k] for m, _ in done.get(k, ()))}
+        assert not left, f"not reconciled by their owner after the join: {left}"
+        return True
+
+    eventually(60, all_by_their_owner)
+    time.sleep(3)  # room for a reconcile that should not happen
+    done = reconciled(log)
+    kept = [k for k, uid in uids(server_ns).items() if "during-join-" not in k
+            and owner(before, uid_hash(uid)) == target[k]]
+    moved = [k for k in target if "during-join-" not in k and k not in kept]
+    # A member that keeps a slot keeps its objects' cache: not one is reconciled again.
+    again = {k: done[k] for k in kept if len(done[k]) != 1}
+    print(f"join: {len(kept)} objects kept, {len(again)} reconciled again; {len(moved)} moved")
+    assert kept and not again, again
+    # A moved object, and one created during the move, is reconciled once by its new owner.
+    for key in [*moved, *(k for k in target if "during-join-" in k)]:
+        assert [m for m, _ in done[key]].count(target[key]) == 1, (key, done[key])
 
     # Leave cleanly, then kill one: its slots are taken over after its Lease expires.
     server_members[1].process.send_signal(signal.SIGTERM)

@@ -36,10 +36,10 @@ def lease(name: str, holder: str, annotation: str | None) -> dict[str, Any]:
 
 
 def keeper(members: FakeMembers) -> RangeKeeper:
-    return RangeKeeper(None, members, operator="op", namespace="ns",  # type: ignore[arg-type]
+    return RangeKeeper(members, operator="op",  # type: ignore[arg-type]
                        identity="me", may_reconcile=lambda: True,
-                       make=lambda _: None,  # type: ignore[arg-type,return-value]
-                       stop=threading.Event())
+                       make=lambda *_: None,  # type: ignore[arg-type,return-value]
+                       annotate=lambda _: "1", stop=threading.Event())
 
 
 def test_only_live_members_leases_named_after_their_holder_claim_slots() -> None:
