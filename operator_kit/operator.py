@@ -235,6 +235,10 @@ class Operator(WebhookServing):
         elector = self._elector
         return elector is not None and elector.holder not in (None, elector.identity)
 
+    def ready_detail(self) -> str:
+        """``/readyz``'s lines after its first: the sharding mode in use, and slots."""
+        return range_keeper.readiness(self.sharding_mode, self._ranges)
+
     def leading(self) -> bool:
         """True while this replica may reconcile (always, without leader election)."""
         return self._elector.may_reconcile() if self._elector else self._started

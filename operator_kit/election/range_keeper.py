@@ -51,7 +51,7 @@ from operator_kit.election.shard_ranges import (
 from operator_kit.election.sharder import Members
 from operator_kit.election.sharding import member_lease
 
-__all__ = ["Generation", "RangeKeeper", "RunnerGeneration", "generations"]
+__all__ = ["Generation", "RangeKeeper", "RunnerGeneration", "generations", "readiness"]
 
 log = logging.getLogger("operator_kit.sharding")
 
@@ -261,3 +261,12 @@ class RangeKeeper:
         version = self._annotate({SLOTS_ANNOTATION: encode_slots(slots, self._slots)})
         self._published = slots
         return version
+
+
+def readiness(mode: str | None, ranges: RangeKeeper | None) -> str:
+    """``/readyz``'s line about sharding: ``sharding: mode=server slots=21/64`` (the
+    slots this member serves), ``sharding: mode=labels``, or nothing (not sharded)."""
+    if mode is None:
+        return ""
+    slots = f" slots={len(ranges.held)}/{SLOTS}" if mode == "server" and ranges else ""
+    return f"sharding: mode={mode}{slots}\n"

@@ -51,6 +51,12 @@ def report(member: Member) -> tuple[int, int] | None:
     return None
 
 
+def readyz(member: Member) -> str:
+    """The sharding line of `member`'s ``/readyz``, as it last changed."""
+    return next((line.split(" ", 1)[1].strip() for line in reversed(member.lines)
+                 if line.startswith("readyz ")), "")
+
+
 def slots(member: Member) -> int | None:
     last = report(member)
     return last[1] if last else None
@@ -80,6 +86,8 @@ def test_members_share_by_hash_range_through_join_leave_and_kill_with_no_overlap
     eventually(60, lambda: sum(slots(m) or 0 for m in server_members) == SLOTS
                and all(slots(m) for m in server_members),
                message="three members never served all 64 slots")
+    for member in server_members:  # /readyz says the mode, and the member's share
+        assert readyz(member).startswith("sharding: mode=server slots="), member.output()
     create_widgets(server_ns, 60)
     eventually(60, lambda: len(reconciled(log)) == 60)
     # No label written: the API server filtered; each member cached only its share.
