@@ -4,6 +4,7 @@
 The same member program, log and overlap checker as tests/cluster/test_sharding.py: no
 two reconciles of one key may ever run at once, through a join, a clean leave and a kill.
 No label is written: the API server sends each member only the objects in its slots.
+A member paused past its Lease reconciles nothing it lost (fencing), as in label mode.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import signal
 import tempfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -20,9 +22,17 @@ from operator_kit import LeaderElection, Operator, Sharding
 from operator_kit.election.shard_ranges import SLOTS, assign, owner, slot_of, uid_hash
 from operator_kit.testing import Namespace, TestCluster, eventually
 
-from .conftest import WidgetController
+from .conftest import WidgetController, widget_path
 from .shard_member import LABEL
-from .test_sharding import LEASE, Member, create_widgets, overlaps, runs
+from .test_sharding import (
+    DEADLINE,
+    LEASE,
+    Member,
+    create_widgets,
+    overlaps,
+    pause_between_reconciles,
+    runs,
+)
 
 
 @pytest.fixture
@@ -145,6 +155,56 @@ def test_members_share_by_hash_range_through_join_leave_and_kill_with_no_overlap
     assert max(taken, default=0) < LEASE + 30
     bad = overlaps(runs(log, {"sc": killed_at}))
     assert not bad, f"{len(bad)} overlapping reconciles, e.g. {bad[:3]}"
+
+
+def test_a_member_paused_past_its_lease_in_server_mode_reconciles_nothing_it_lost(
+        server_ns: Namespace, sharded_cluster: TestCluster, server_members: list[Member],
+        tmp_path: Path) -> None:
+    """SIGSTOP a member past its Lease: its slots move to the others; once resumed it
+    starts no reconcile (fenced: its renew deadline passed) and exits; changes to its
+    former objects are reconciled by their new owners, and nothing overlaps."""
+    log = tmp_path / "runs.log"
+    log.touch()
+    names = ["pa", "pb", "pc"]
+    server_members += [Member(server_ns, sharded_cluster.kubeconfig, n, log, "--mode",
+                              "server", "--children") for n in names]
+    eventually(60, lambda: all(slots(m) for m in server_members)
+               and sum(slots(m) or 0 for m in server_members) == SLOTS,
+               message="three members never served all 64 slots")
+    create_widgets(server_ns, 90)
+    eventually(60, lambda: len(reconciled(log)) == 90)
+    paused = server_members[2]
+    mine = {k for k, uid in uids(server_ns).items()
+            if owner(assign(names), uid_hash(uid)) == paused.identity}
+    assert mine <= {r.key for r in runs(log) if r.member == paused.identity}
+
+    stopped = pause_between_reconciles(paused, log)
+    eventually(LEASE + 30, lambda: sum(slots(m) or 0 for m in server_members[:2]) == SLOTS,
+               message="the paused member's slots were not taken over")
+    eventually(60, lambda: mine <= {r.key for r in runs(log) if r.member != paused.identity
+                                    and r.start > stopped},
+               message="the others reconcile the paused member's former objects")
+    # Changes to its former objects, queued for it the moment it resumes (its watch).
+    patched = time.time()
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda k: server_ns.api.request(
+            "PATCH", widget_path(server_ns, k.split("/")[1]), body={"spec": {"size": 2}},
+            content_type="application/merge-patch+json"), sorted(mine)))
+    paused.process.send_signal(signal.SIGCONT)
+    resumed = time.time()
+    code = paused.process.wait(DEADLINE + 5)
+    late = [r for r in runs(log) if r.member == paused.identity and r.start > stopped]
+    print(f"\npaused member (server mode): exited {time.time() - resumed:.1f}s after "
+          f"resuming, {len(late)} reconciles after the pause; its {len(mine)} objects went "
+          "to the others")
+    assert code != 0, "a member that lost its Lease while paused exits non-zero"
+    assert not late, late[:5]
+    eventually(30, lambda: mine <= {r.key for r in runs(log) if r.member != paused.identity
+                                    and r.start > patched},
+               message="the others reconcile the changes to the paused member's objects")
+    found = overlaps(runs(log))
+    print(f"overlap checker: {len(runs(log))} reconciles, {len(found)} overlaps")
+    assert not found, found[:5]
 
 
 def test_mode_server_where_the_api_server_does_not_filter_refuses_to_start(
