@@ -41,6 +41,7 @@ from typing import Protocol
 
 from operator_kit import metrics
 from operator_kit.election.generation import Carried, RunnerGeneration, generations
+from operator_kit.election.modes import lease_mode, live_leases
 from operator_kit.election.shard_ranges import (
     SLOTS,
     SLOTS_ANNOTATION,
@@ -49,7 +50,7 @@ from operator_kit.election.shard_ranges import (
     encode_slots,
 )
 from operator_kit.election.sharder import Members
-from operator_kit.election.sharding import member_lease
+from operator_kit.election.sharding import MODE
 
 __all__ = ["Generation", "RangeKeeper", "RunnerGeneration", "generations", "readiness"]
 
@@ -94,7 +95,7 @@ class RangeKeeper:
                  may_reconcile: Callable[[], bool],
                  make: Callable[[frozenset[int], Carried | None], Generation],
                  annotate: Callable[[dict[str, str]], str], stop: threading.Event,
-                 slots: int = SLOTS) -> None:
+                 slots: int = SLOTS, on_fall_back: Callable[[], None] = lambda: None) -> None:
         self._members = members
         self._operator = operator
         self._identity = identity
@@ -106,6 +107,9 @@ class RangeKeeper:
         # (`LeaderElector.annotate`): a renewal racing a write of its own would conflict
         # (409) and end the membership.
         self._annotate = annotate
+        self._on_fall_back = on_fall_back  # told, on its thread, once it fell back
+        self.fell_back = False
+        """Whether a live member in label mode made this one give up server mode."""
         self.held: frozenset[int] = frozenset()
         self._published: frozenset[int] | None = None
         self._generation: Generation | None = None
@@ -123,7 +127,8 @@ class RangeKeeper:
         self._thread.start()
 
     def alive_thread(self) -> bool:
-        return self._thread is None or self._thread.is_alive() or self._stop.is_set()
+        return (self._thread is None or self._thread.is_alive() or self._stop.is_set()
+                or self.fell_back)
 
     def cached(self) -> int:
         """Objects of the sharded kinds in this member's primary caches now."""
@@ -145,12 +150,14 @@ class RangeKeeper:
     # -- the rounds ------------------------------------------------------------------------
 
     def _run(self) -> None:
-        while not self._stop.is_set():
+        while not self._stop.is_set() and not self.fell_back:
             self._wake.wait(self.PERIOD)
             self._wake.clear()
             if self._stop.is_set():
                 return
-            if not self._may_reconcile():  # not joined yet, or fenced: start nothing
+            # Not joined yet, or fenced; or the other members' Leases not listed yet (their
+            # claims and modes unknown): start nothing.
+            if not self._may_reconcile() or not self._members.informer.synced.is_set():
                 continue
             try:
                 with self._lock:
@@ -158,6 +165,8 @@ class RangeKeeper:
             except Exception as err:  # noqa: BLE001 - the next round tries again
                 log.warning("sharding %s: member %s: a round failed (%s); trying again in "
                             "%.1fs", self._operator, self._identity, err, self.PERIOD)
+        if self.fell_back and not self._stop.is_set():
+            self._on_fall_back()
 
     def target(self) -> frozenset[int]:
         """This member's slots among the live members (itself included)."""
@@ -166,14 +175,8 @@ class RangeKeeper:
 
     def claims(self) -> dict[str, frozenset[int]]:
         """What each other live member claims (its Lease's annotation)."""
-        alive = self._members.alive()
         out: dict[str, frozenset[int]] = {}
-        for lease in self._members.informer.objects():
-            holder = str((lease.get("spec") or {}).get("holderIdentity") or "")
-            meta = lease.get("metadata") or {}
-            if holder == self._identity or holder not in alive or \
-                    meta.get("name") != member_lease(self._operator, holder):
-                continue
+        for holder, meta in live_leases(self._members, self._operator, self._identity):
             raw = (meta.get("annotations") or {}).get(SLOTS_ANNOTATION)
             if raw is None:
                 continue
@@ -190,7 +193,29 @@ class RangeKeeper:
             out[holder] = slots
         return out
 
+    def in_label_mode(self) -> list[str]:
+        """The other live members that run label mode (`operator_kit.election.modes`)."""
+        return sorted(member for member, meta in live_leases(
+            self._members, self._operator, self._identity) if lease_mode(meta) == "labels")
+
+    def _fall_back(self, members: list[str]) -> None:
+        """Give server mode up for the group: stop serving (reconciles return first), then
+        publish no slots and label mode; `on_fall_back` runs label mode next."""
+        log.warning("sharding %s: member(s) %s run label mode (forced to, or their API "
+                    "server does not filter by shard): member %s stops serving hash slots "
+                    "%s, and runs label mode once its reconciles of them returned; the "
+                    "whole group runs label mode until its members restart", self._operator,
+                    ", ".join(members), self._identity, _spans(self.held))
+        self._serve(frozenset())
+        self._annotate({SLOTS_ANNOTATION: encode_slots((), self._slots), MODE: "labels"})
+        self._published = frozenset()
+        self.fell_back = True
+
     def _round(self) -> None:
+        labels = self.in_label_mode()
+        if labels:
+            self._fall_back(labels)
+            return
         target = self.target()
         lose = self.held - target
         if lose:
@@ -222,6 +247,11 @@ class RangeKeeper:
                         "member Leases' watch within %.0fs: withdrawn, tried again later",
                         self._operator, self._identity, _spans(free), self.CONFIRM)
             self._publish(self.held)
+            return
+        labels = self.in_label_mode()  # joined before our claim: it waits for us
+        if labels:
+            self._publish(self.held)
+            self._fall_back(labels)
             return
         contested: set[int] = set()
         for slots in self.claims().values():

@@ -32,6 +32,7 @@ from .test_sharding import (
     overlaps,
     pause_between_reconciles,
     runs,
+    settled,
 )
 
 
@@ -204,6 +205,50 @@ def test_a_member_paused_past_its_lease_in_server_mode_reconciles_nothing_it_los
                message="the others reconcile the changes to the paused member's objects")
     found = overlaps(runs(log))
     print(f"overlap checker: {len(runs(log))} reconciles, {len(found)} overlaps")
+    assert not found, found[:5]
+
+
+def test_a_member_in_label_mode_makes_the_whole_group_fall_back_with_no_overlap(
+        server_ns: Namespace, sharded_cluster: TestCluster, server_members: list[Member],
+        tmp_path: Path) -> None:
+    """Two server-mode members, then one forced to label mode (as a member whose API
+    server lacks the gate would be): the server-mode members see its Lease's mode,
+    release their slots once their reconciles returned and run label mode; the label
+    member reconciles nothing while a slot is served. Every object ends labelled and
+    reconciled by its label owner; nothing overlaps."""
+    log = tmp_path / "runs.log"
+    log.touch()
+    server_members += [Member(server_ns, sharded_cluster.kubeconfig, n, log, "--mode",
+                              "server", "--work", "0.2") for n in ("ma", "mb")]
+    eventually(60, lambda: sum(slots(m) or 0 for m in server_members) == SLOTS
+               and all(slots(m) for m in server_members))
+    create_widgets(server_ns, 40)
+    eventually(60, lambda: len(reconciled(log)) == 40)
+    # Changes in flight while the group switches: reconciled, each by one member at once.
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda k: server_ns.api.request(
+            "PATCH", widget_path(server_ns, k.split("/")[1]), body={"spec": {"size": 2}},
+            content_type="application/merge-patch+json"), sorted(uids(server_ns))))
+    joined = time.time()
+    server_members.append(Member(server_ns, sharded_cluster.kubeconfig, "ml", log,
+                                 "--mode", "labels", "--work", "0.2"))
+    eventually(60, lambda: all(readyz(m) == "sharding: mode=labels" for m in server_members),
+               message="the group did not fall back to label mode")
+    assert any("run label mode" in line for line in server_members[0].lines)
+    names = ["ma", "mb", "ml"]
+    final = eventually(90, lambda: settled(server_ns, names), interval=0.5)
+    changed = time.time()
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda k: server_ns.api.request(
+            "PATCH", widget_path(server_ns, k.split("/")[1]), body={"spec": {"size": 3}},
+            content_type="application/merge-patch+json"), sorted(final)))
+    eventually(60, lambda: all(any(r.member == final[k] and r.start > changed
+                                   for r in runs(log) if r.key == k) for k in final),
+               message="not every object reconciled by its label owner after the switch")
+    found = overlaps(runs(log))
+    switched = len([r for r in runs(log) if r.start > joined])
+    print(f"\nmixed modes: the group fell back to label mode; {switched} reconciles since "
+          f"the label member joined, {len(found)} overlaps")
     assert not found, found[:5]
 
 
