@@ -36,6 +36,7 @@ from typing import Any
 
 from operator_kit.client.events import EventRecorder
 from operator_kit.client.transport import Api
+from operator_kit.election.shard_probe import SelectorRefused, refusal
 from operator_kit.election.shard_ranges import SLOTS, ranges_of, selector, slot_of, uid_hash
 from operator_kit.election.sharder import FencedApi
 from operator_kit.runtime.objects import Objects
@@ -207,7 +208,9 @@ def generations(api: Api, controllers: Sequence[Any], *, field_manager: str,
     """What `RangeKeeper` calls to start `controllers` on `slots` (of `count`): runners
     whose reconciles write through the member's fence (`FencedApi`), on informers of
     their own (`informers(stop)`) whose primary ones select the slots' hash ranges,
-    filled from what the previous generation carried; `started` is told of them (False:
+    filled from what the previous generation carried; `SelectorRefused` (nothing
+    started) when the API server refuses that selector (`shard_probe.refusal`: one
+    LIST with ``limit=1`` per primary collection); `started` is told of them (False:
     the operator is stopping, so they are not started) and `stopped` when they end."""
 
     def make(slots: frozenset[int], carried: Carried | None) -> RunnerGeneration:
@@ -221,6 +224,13 @@ def generations(api: Api, controllers: Sequence[Any], *, field_manager: str,
             controller, fenced, field_manager=field_manager, recorder=recorder, stop=stop,
             informers=caches, objects=objects, may_reconcile=may_reconcile,
             shard_selector=shard_selector) for controller in controllers]
+        for runner in runners:  # before anything starts: a refusal ends server mode
+            for primary in runner.primaries.values():
+                path = primary.resource.path(primary.namespace)
+                why = refusal(api, path, shard_selector)
+                if why is not None:
+                    raise SelectorRefused(f"the API server refused the shard selector of "
+                                          f"slots {len(slots)} of {count} on {path} ({why})")
         generation = RunnerGeneration(runners, caches, stop, stopping=stopping,
                                       on_stopped=stopped, slots=slots, count=count,
                                       watch_stop=watch_stop)

@@ -42,6 +42,7 @@ from typing import Protocol
 from operator_kit import metrics
 from operator_kit.election.generation import Carried, RunnerGeneration, generations
 from operator_kit.election.modes import lease_mode, live_leases
+from operator_kit.election.shard_probe import SelectorRefused
 from operator_kit.election.shard_ranges import (
     SLOTS,
     SLOTS_ANNOTATION,
@@ -162,6 +163,8 @@ class RangeKeeper:
             try:
                 with self._lock:
                     self._round()
+            except _FellBack:
+                break
             except Exception as err:  # noqa: BLE001 - the next round tries again
                 log.warning("sharding %s: member %s: a round failed (%s); trying again in "
                             "%.1fs", self._operator, self._identity, err, self.PERIOD)
@@ -198,23 +201,23 @@ class RangeKeeper:
         return sorted(member for member, meta in live_leases(
             self._members, self._operator, self._identity) if lease_mode(meta) == "labels")
 
-    def _fall_back(self, members: list[str]) -> None:
+    def _fall_back(self, why: str) -> None:
         """Give server mode up for the group: stop serving (reconciles return first), then
         publish no slots and label mode; `on_fall_back` runs label mode next."""
-        log.warning("sharding %s: member(s) %s run label mode (forced to, or their API "
-                    "server does not filter by shard): member %s stops serving hash slots "
-                    "%s, and runs label mode once its reconciles of them returned; the "
-                    "whole group runs label mode until its members restart", self._operator,
-                    ", ".join(members), self._identity, _spans(self.held))
+        log.warning("sharding %s: %s: member %s stops serving hash slots %s, and runs "
+                    "label mode once its reconciles of them returned; the whole group "
+                    "follows (each member sees this one's Lease) and runs label mode until "
+                    "its members restart", self._operator, why, self._identity,
+                    _spans(self.held))
+        self.fell_back = True
         self._serve(frozenset())
         self._annotate({SLOTS_ANNOTATION: encode_slots((), self._slots), MODE: "labels"})
         self._published = frozenset()
-        self.fell_back = True
 
     def _round(self) -> None:
         labels = self.in_label_mode()
         if labels:
-            self._fall_back(labels)
+            self._fall_back(_in_labels(labels))
             return
         target = self.target()
         lose = self.held - target
@@ -251,7 +254,7 @@ class RangeKeeper:
         labels = self.in_label_mode()  # joined before our claim: it waits for us
         if labels:
             self._publish(self.held)
-            self._fall_back(labels)
+            self._fall_back(_in_labels(labels))
             return
         contested: set[int] = set()
         for slots in self.claims().values():
@@ -281,8 +284,14 @@ class RangeKeeper:
             self._generation = None
         self.held = slots
         self._gauge.set(len(slots))
-        if slots:
-            self._generation = self._make(slots, carried)
+        if slots and not self.fell_back:
+            try:
+                self._generation = self._make(slots, carried)
+            except SelectorRefused as err:  # nothing started
+                self.held = frozenset()
+                self._gauge.set(0)
+                self._fall_back(str(err))
+                raise _FellBack() from None
         log.debug("sharding %s: member %s switched to slots %s in %.2fs", self._operator,
                   self._identity, _spans(slots), time.monotonic() - started)
 
@@ -291,6 +300,15 @@ class RangeKeeper:
         version = self._annotate({SLOTS_ANNOTATION: encode_slots(slots, self._slots)})
         self._published = slots
         return version
+
+
+class _FellBack(Exception):
+    """A round ended in the fall back to label mode."""
+
+
+def _in_labels(members: list[str]) -> str:
+    return (f"member(s) {', '.join(members)} run label mode (forced to, or their API "
+            "server does not filter by shard)")
 
 
 def readiness(mode: str | None, ranges: RangeKeeper | None) -> str:

@@ -19,7 +19,16 @@ from pathlib import Path
 import pytest
 
 from operator_kit import LeaderElection, Operator, Sharding
-from operator_kit.election.shard_ranges import SLOTS, assign, owner, slot_of, uid_hash
+from operator_kit.election.shard_probe import INVALID_SELECTOR, refusal
+from operator_kit.election.shard_ranges import (
+    SLOTS,
+    assign,
+    owner,
+    ranges_of,
+    selector,
+    slot_of,
+    uid_hash,
+)
 from operator_kit.testing import Namespace, TestCluster, eventually
 
 from .conftest import WidgetController, widget_path
@@ -250,6 +259,16 @@ def test_a_member_in_label_mode_makes_the_whole_group_fall_back_with_no_overlap(
     print(f"\nmixed modes: the group fell back to label mode; {switched} reconciles since "
           f"the label member joined, {len(found)} overlaps")
     assert not found, found[:5]
+
+
+def test_a_selector_the_api_server_refuses_is_told_from_one_it_serves(
+        sharded_cluster: TestCluster, server_ns: Namespace) -> None:
+    """What a member checks before it serves new slots (`refusal`): the gated 1.37.2
+    server refuses a selector whose range ends before it starts, and serves ours."""
+    path = f"/apis/ctl.operator-kit.test/v1/namespaces/{server_ns.name}/widgets"
+    why = refusal(sharded_cluster.api, path, INVALID_SELECTOR)
+    assert why is not None and "shard selector" in why, why
+    assert refusal(sharded_cluster.api, path, selector(ranges_of(range(0, 64, 3)))) is None
 
 
 def test_mode_server_where_the_api_server_does_not_filter_refuses_to_start(

@@ -9,6 +9,7 @@ from typing import Any
 
 from operator_kit.election.modes import LabelGate, lease_mode
 from operator_kit.election.range_keeper import RangeKeeper
+from operator_kit.election.shard_probe import SelectorRefused
 from operator_kit.election.shard_ranges import SLOTS, SLOTS_ANNOTATION, assign, encode_slots
 from operator_kit.election.sharding import MODE
 
@@ -22,6 +23,9 @@ class FakeInformer:
     def objects(self) -> list[dict[str, Any]]:
         return self.leases
 
+    def wait_seen(self, version: str, timeout: float) -> bool:
+        return True  # a claim shows at once
+
 
 class FakeMembers:
     def __init__(self, alive: set[str], leases: list[dict[str, Any]]) -> None:
@@ -30,6 +34,9 @@ class FakeMembers:
 
     def alive(self) -> set[str]:
         return set(self._alive)
+
+    def on_change(self, listener: Any) -> None:
+        pass
 
 
 def lease(name: str, holder: str, annotation: str | None) -> dict[str, Any]:
@@ -114,3 +121,24 @@ def test_a_label_mode_member_waits_until_its_watch_shows_its_own_lease() -> None
     assert gate(members)()
     members.informer.synced.clear()
     assert not gate(members)()
+
+
+def test_a_server_that_refuses_the_selector_of_the_slots_turns_the_member_to_label_mode(
+        ) -> None:
+    def make(slots: frozenset[int], carried: Any) -> Any:
+        raise SelectorRefused("the API server refused the shard selector (400: too long)")
+
+    written: list[dict[str, str]] = []
+    fell_back = threading.Event()
+    stop = threading.Event()
+    ranges = RangeKeeper(FakeMembers(set(), []), operator="op",  # type: ignore[arg-type]
+                         identity="me", may_reconcile=lambda: True, make=make,
+                         annotate=lambda a: written.append(a) or "1", stop=stop,
+                         on_fall_back=fell_back.set)
+    ranges.start()
+    try:
+        assert fell_back.wait(5), "the member did not fall back to label mode"
+    finally:
+        stop.set()
+    assert ranges.fell_back and ranges.held == frozenset() and ranges.alive_thread()
+    assert written[-1] == {SLOTS_ANNOTATION: encode_slots([]), MODE: "labels"}
