@@ -371,7 +371,8 @@ def servers(operator: Operator, settings: Settings) -> list[HttpServer]:
         for address, parts in groups.items():
             what = " and ".join(part[0] for part in parts)
             app = ProbeApp([path for part in parts for path in part[2]], live=operator.live,
-                           ready=operator.ready, metrics_auth=operator.metrics_auth)
+                           ready=operator.ready, metrics_auth=operator.metrics_auth,
+                           detail=operator.ready_detail)
             tls = (metrics_tls(settings.metrics_cert_dir, operator.name)
                    if settings.metrics_secure and parts[0][0] == "metrics" else None)
             bound.append(HttpServer(what, address, parts[0][1], app, tls))

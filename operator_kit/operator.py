@@ -30,8 +30,9 @@ from operator_kit.api.rbac import Rule, merge_rules
 from operator_kit.api.resources import CustomResource
 from operator_kit.client.events import EventRecorder
 from operator_kit.client.transport import Api, api_client, current_namespace
-from operator_kit.election import leader, range_keeper, shard_probe, sharder, sharding
+from operator_kit.election import leader, range_keeper, sharder, sharding
 from operator_kit.election.leader import LeaderElection, LeaderElector
+from operator_kit.election.member import ShardMember
 from operator_kit.election.sharder import Members, Membership, Sharder
 from operator_kit.election.sharding import Sharding
 from operator_kit.runtime.controller import Controller
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("operator_kit.operator")
 
 
-class Operator(WebhookServing):
+class Operator(WebhookServing, ShardMember):
     """A named set of controllers that run together in one process."""
 
     def __init__(
@@ -361,14 +362,7 @@ class Operator(WebhookServing):
         may_reconcile = self._elector.may_reconcile if self._elector else _always
         self._run_controllers(self._leader_controllers(), may_reconcile)
         if config is not None and self.sharding_mode == "labels":
-            with self._lock:
-                if self.stopping.is_set() or self._members is None:
-                    return
-                self._sharder = sharder.Sharder(
-                    self.api, self.informers, config, operator=self.name,
-                    members=self._members, kinds=self._sharded_kinds(config),
-                    stop=self.stopping)
-                self._sharder.start()
+            self._start_sharder()  # (a server-mode member that falls back starts it then)
 
     def _make_runners(self, controllers: Sequence[Controller[Any]], may_reconcile: Any,
                       shard: ShardScope | None = None) -> list[ControllerRunner]:
@@ -403,98 +397,6 @@ class Operator(WebhookServing):
         log.info("operator %s started %d controller(s)%s%s: %s", self.name, len(runners),
                  f" as shard member {shard.identity}" if shard else "",
                  " with warm caches" if warm else "", ", ".join(r.name for r in runners))
-
-    # -- sharding --------------------------------------------------------------------------
-
-    def _start_membership(self, config: Sharding) -> None:
-        """Every replica is a member: once its member Lease is held it runs the sharded
-        controllers on the objects labelled with its identity."""
-        unknown = set(config.controllers or ()) - {c.name for c in self.controllers}
-        if unknown:
-            raise ValueError(f"Sharding controllers names {', '.join(sorted(unknown))}, which "
-                             f"operator {self.name} does not have; its controllers are "
-                             f"{', '.join(c.name for c in self.controllers)}")
-        # Fleet controllers run on the member clusters (operator_kit.fleet), never here.
-        sharded = [c for c in self.controllers if config.shards(c.name) and not c.fleet]
-        self.sharding_mode = mode = self._pick_mode(config, sharded)
-        membership: sharder.Membership
-
-        def joined() -> None:
-            if mode == "server":
-                self._start_ranges(config, sharded, membership)
-                return
-            scope = ShardScope(config.label_key(self.name),
-                                        config.drain_label_key(self.name),
-                                        membership.identity, self.name)
-            self._run_controllers(sharded, membership.may_reconcile, scope)
-
-        self._members = sharder.Members(self.informers, operator=self.name,
-                                         namespace=self.namespace,
-                                         lease_duration=config.lease_duration)
-        self._members.start()
-        membership = sharder.Membership(self.api, config, operator=self.name,
-                                         namespace=self.namespace, on_joined=joined,
-                                         on_lost=self._lost_lease)
-        self._membership = membership
-        log.info("operator %s: joining as shard member %s (lease %s)", self.name,
-                 membership.identity, membership.election.lease_name)
-        membership.start()
-
-    def _pick_mode(self, config: Sharding, sharded: Sequence[Controller[Any]]) -> str:
-        objects = Objects(self.api)
-        return shard_probe.pick_mode(self.api, config.mode, self.name, {
-            c.name: objects.resource(c.resource).path(c.watch_namespaces()[0])
-            for c in sharded})
-
-    def _start_ranges(self, config: Sharding, sharded: Sequence[Controller[Any]],
-                      membership: sharder.Membership) -> None:
-        """Server mode: a `RangeKeeper` starts and stops generations of the sharded runners."""
-        make = range_keeper.generations(
-            self.api, sharded, field_manager=self.name, may_reconcile=membership.may_reconcile,
-            stopping=self.stopping, informers=self._new_informers, started=self._add_runners,
-            stopped=self._drop_runners)
-        with self._lock:
-            if self.stopping.is_set() or self._members is None:
-                return
-            self._ranges = range_keeper.RangeKeeper(
-                self.api, self._members, operator=self.name, namespace=self.namespace,
-                identity=membership.identity, may_reconcile=membership.may_reconcile,
-                make=make, stop=self.stopping)
-            self._ranges.start()
-            self._started = True
-
-    def _add_runners(self, runners: list[ControllerRunner]) -> bool:
-        with self._lock:
-            if self.stopping.is_set():
-                return False
-            self._runners += runners
-            return True
-
-    def _drop_runners(self, runners: list[ControllerRunner]) -> None:
-        with self._lock:
-            self._runners = [r for r in self._runners if r not in runners]
-
-    @property
-    def ranges(self) -> range_keeper.RangeKeeper | None:
-        """This member's slots in server mode (None otherwise, or before it joined)."""
-        return self._ranges
-
-    @property
-    def membership(self) -> sharder.Membership | None:
-        """This replica's shard membership (None without sharding, or before start)."""
-        return self._membership
-
-    def _sharded_kinds(self, config: Sharding) -> list[sharder.ShardedKind]:
-        objects = Objects(self.api)
-        kinds = []
-        for controller in self.controllers:
-            if config.shards(controller.name) and not controller.fleet:  # per namespace
-                kinds += [sharder.ShardedKind(
-                    objects.resource(controller.resource), namespace,
-                    controller.label_selector, [objects.resource(k.api_version + "/" + k.kind)
-                                                for k in controller.owned_kinds()])
-                    for namespace in controller.watch_namespaces()]
-        return kinds
 
     @property
     def informers(self) -> Informers:

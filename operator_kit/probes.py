@@ -58,8 +58,10 @@ class _Views:
     """What ``/livez``, ``/readyz`` and ``/metrics`` answer, whatever serves them."""
 
     def __init__(self, live: Callable[[], bool], ready: Callable[[], bool],
-                 metrics_auth: Callable[[], DelegatedAuth | None] | None) -> None:
+                 metrics_auth: Callable[[], DelegatedAuth | None] | None,
+                 detail: Callable[[], str] | None = None) -> None:
         self.live, self.ready, self.metrics_auth = live, ready, metrics_auth
+        self.detail = detail
 
     def answer(self, view: str, authorization: str | None, path: str) -> Answer:
         if view == "livez":
@@ -67,7 +69,9 @@ class _Views:
             return (200 if ok else 503, "ok\n" if ok else "stopping\n", "text/plain", {})
         if view == "readyz":
             ok = self.ready()
-            return (200 if ok else 503, "ok\n" if ok else "not ready\n", "text/plain", {})
+            more = self.detail() if self.detail is not None else ""
+            return (200 if ok else 503, ("ok\n" if ok else "not ready\n") + more,
+                    "text/plain", {})
         auth = self.metrics_auth() if self.metrics_auth is not None else None
         if auth is not None:
             decision = auth.check(authorization, path)
@@ -78,13 +82,14 @@ class _Views:
 
 def add_probe_views(app: flask.Flask, *, live: Callable[[], bool],
                     ready: Callable[[], bool],
-                    metrics_auth: Callable[[], DelegatedAuth | None] | None = None) -> None:
-    """``/livez`` (200 while `live`), ``/readyz`` (200 while `ready`), ``/metrics``: to
-    whom the API server allows it when `metrics_auth` (asked at each request) gives a
-    checker, else to anyone."""
+                    metrics_auth: Callable[[], DelegatedAuth | None] | None = None,
+                    detail: Callable[[], str] | None = None) -> None:
+    """``/livez`` (200 while `live`), ``/readyz`` (200 while `ready`; `detail`'s lines
+    follow its first), ``/metrics``: to whom the API server allows it when
+    `metrics_auth` (asked at each request) gives a checker, else to anyone."""
     import flask
 
-    views = _Views(live, ready, metrics_auth)
+    views = _Views(live, ready, metrics_auth, detail)
 
     def view(name: str) -> Callable[[], flask.Response]:
         def answer() -> flask.Response:
@@ -107,12 +112,13 @@ class ProbeApp:
 
     def __init__(self, paths: Sequence[str], *, live: Callable[[], bool],
                  ready: Callable[[], bool],
-                 metrics_auth: Callable[[], DelegatedAuth | None] | None = None) -> None:
+                 metrics_auth: Callable[[], DelegatedAuth | None] | None = None,
+                 detail: Callable[[], str] | None = None) -> None:
         unknown = sorted(set(paths) - set(PATHS))
         if unknown:
             raise ValueError(f"ProbeApp serves {', '.join(PATHS)}, not {', '.join(unknown)}")
         self.paths = tuple(paths)
-        self._views = _Views(live, ready, metrics_auth)
+        self._views = _Views(live, ready, metrics_auth, detail)
 
     def __call__(self, request: dict[str, Any],  # WSGI's environ: the request's
                  start_response: Callable[..., Any]) -> list[bytes]:

@@ -62,6 +62,8 @@ class WebhookServing:
 
         def ready(self) -> bool: ...
 
+        def ready_detail(self) -> str: ...
+
     @property
     def webhooks(self) -> Webhooks:
         """The Flask app that serves this operator's webhooks, probes and metrics."""
@@ -70,7 +72,7 @@ class WebhookServing:
 
             self._webhooks = Webhooks(self.name)
             add_probe_views(self._webhooks, live=self.live, ready=self.ready,
-                            metrics_auth=self.metrics_auth)
+                            metrics_auth=self.metrics_auth, detail=self.ready_detail)
         return self._webhooks
 
     def metrics_auth(self) -> DelegatedAuth | None:

@@ -16,7 +16,8 @@ A `LeaderElector` runs one thread that first *acquires* the Lease and then *rene
 
 **Never two winners.** Every write carries the ``resourceVersion`` it read (or, on
 create, none): the API server accepts exactly one of two racing writes and answers the
-other 409 Conflict. A 409 therefore always means "someone else won".
+other 409 Conflict, which always means "someone else won" (this process's own
+annotations on the Lease go through `LeaderElector.annotate`, between renewals).
 
 **Expiry by observedTime, not renewTime.** Clocks on different machines disagree;
 a follower cannot compare the holder's ``renewTime`` with its own wall clock. Like
@@ -160,10 +161,6 @@ class _NoTimeLeft(TimeoutError):
     """A request would have to run past the deadline."""
 
 
-def _event_wait(stop: threading.Event, seconds: float) -> bool:
-    return stop.wait(seconds)
-
-
 class LeaderElector:
     """Acquires, renews and releases one Lease for one process; see the module docstring.
 
@@ -189,7 +186,7 @@ class LeaderElector:
         on_stopped_leading: Callable[[], None],
         clock: Callable[[], float] = time.monotonic,
         release_on_stop: bool = True,
-        wait: Wait = _event_wait,
+        wait: Wait = threading.Event.wait,
         lease_labels: Mapping[str, str] | None = None,
         gauge: Any = None,
     ) -> None:
@@ -197,6 +194,7 @@ class LeaderElector:
         self.config = config
         self._namespace = namespace
         self._name = name
+        self.namespace, self.lease_name = namespace, name  # where its Lease is
         self._operator = operator
         # operator_kit_leader{operator} and client-go's leader_election_master_status{name}
         self._gauge = gauge if gauge is not None else metrics.Both(
@@ -228,14 +226,6 @@ class LeaderElector:
     @property
     def identity(self) -> str:
         return self._identity
-
-    @property
-    def lease_name(self) -> str:
-        return self._name
-
-    @property
-    def namespace(self) -> str:
-        return self._namespace
 
     @property
     def holder(self) -> str | None:
@@ -491,6 +481,19 @@ class LeaderElector:
             elif holder != self._identity:
                 log.info("lease %s: new leader observed: %s", self._describe(), holder)
         return observed_at
+
+    def annotate(self, annotations: Mapping[str, str]) -> str:
+        """Merge `annotations` into the Lease held, between renewals (so neither write
+        conflicts with the other); the resourceVersion written. `LookupError`: not held."""
+        with self._io:
+            if not self.is_leader():
+                raise LookupError(f"{self._identity} does not hold lease {self._describe()}")
+            written = self._api.request(
+                "PATCH", self._path, body={"metadata": {"annotations": dict(annotations)}},
+                content_type="application/merge-patch+json", timeout=self.config.renew_deadline)
+            with self._state:  # the next renewal writes from this version
+                self._lease = written if self._holding else self._lease
+            return str(written["metadata"]["resourceVersion"])
 
     # -- releasing -------------------------------------------------------------------------
 

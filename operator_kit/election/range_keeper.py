@@ -10,7 +10,9 @@ served by one member at a time:
 1. **Release first.** Slots it serves but should not: it stops its current *generation*
    (the sharded controllers' runners and their informers, `Generation`): no new key is
    handed out, and the reconciles in flight return. Only then does it start a new
-   generation on the slots it keeps, and publish — the annotation
+   generation on the slots it keeps — its caches filled from the old one's, so the
+   objects it keeps are not reconciled again (`operator_kit.election.generation`) —
+   and publish — the annotation
    ``shard.operator-kit.io/slots`` on its member Lease — that it no longer holds them.
 2. **Claim, confirm, start.** Target slots that no live member claims: it publishes the
    claim, waits until its own watch of the member Leases shows the write, and looks
@@ -34,29 +36,24 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from operator_kit import metrics
-from operator_kit.client.events import EventRecorder
-from operator_kit.client.transport import Api
+from operator_kit.election.generation import Carried, RunnerGeneration, generations
+from operator_kit.election.modes import lease_mode, live_leases
+from operator_kit.election.shard_probe import SelectorRefused
 from operator_kit.election.shard_ranges import (
     SLOTS,
     SLOTS_ANNOTATION,
     assign,
     decode_slots,
     encode_slots,
-    ranges_of,
-    selector,
 )
-from operator_kit.election.sharder import FencedApi, Members
-from operator_kit.election.sharding import member_lease
-from operator_kit.runtime.controller import Controller
-from operator_kit.runtime.objects import Objects
-from operator_kit.runtime.runner import ControllerRunner
-from operator_kit.runtime.watching import Informers
+from operator_kit.election.sharder import Members
+from operator_kit.election.sharding import MODE
 
-__all__ = ["Generation", "RangeKeeper", "RunnerGeneration", "generations"]
+__all__ = ["Generation", "RangeKeeper", "RunnerGeneration", "generations", "readiness"]
 
 log = logging.getLogger("operator_kit.sharding")
 
@@ -69,6 +66,9 @@ class Generation(Protocol):
 
     def cached(self) -> int:
         """Objects in its primary caches."""
+
+    def carry(self) -> Carried:
+        """After `stop`: what the next generation starts from (`Carried`)."""
 
 
 def _spans(slots: frozenset[int]) -> str:
@@ -84,18 +84,19 @@ def _spans(slots: frozenset[int]) -> str:
 
 class RangeKeeper:
     """This member's slots in server mode (module docstring). `make` starts a generation
-    for a ``shardSelector``; `may_reconcile` is the member Lease's fence."""
+    on a set of slots, from what the previous one carried (`Carried`: the objects of the
+    slots it keeps are not reconciled again); `may_reconcile` is the member Lease's fence."""
 
     PERIOD = 0.5
     """Seconds between rounds when nothing changes (expiries are noticed this late)."""
     CONFIRM = 10.0
     """Seconds to wait for the member Leases' watch to show a claim before withdrawing."""
 
-    def __init__(self, api: Api, members: Members, *, operator: str, namespace: str,
-                 identity: str, may_reconcile: Callable[[], bool],
-                 make: Callable[[str], Generation], stop: threading.Event,
-                 slots: int = SLOTS) -> None:
-        self._api = api
+    def __init__(self, members: Members, *, operator: str, identity: str,
+                 may_reconcile: Callable[[], bool],
+                 make: Callable[[frozenset[int], Carried | None], Generation],
+                 annotate: Callable[[dict[str, str]], str], stop: threading.Event,
+                 slots: int = SLOTS, on_fall_back: Callable[[], None] = lambda: None) -> None:
         self._members = members
         self._operator = operator
         self._identity = identity
@@ -103,8 +104,13 @@ class RangeKeeper:
         self._make = make
         self._stop = stop
         self._slots = slots
-        self._path = (f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/"
-                      f"{member_lease(operator, identity)}")
+        # Writes the member Lease's annotation between the elector's renewals
+        # (`LeaderElector.annotate`): a renewal racing a write of its own would conflict
+        # (409) and end the membership.
+        self._annotate = annotate
+        self._on_fall_back = on_fall_back  # told, on its thread, once it fell back
+        self.fell_back = False
+        """Whether a live member in label mode made this one give up server mode."""
         self.held: frozenset[int] = frozenset()
         self._published: frozenset[int] | None = None
         self._generation: Generation | None = None
@@ -122,7 +128,8 @@ class RangeKeeper:
         self._thread.start()
 
     def alive_thread(self) -> bool:
-        return self._thread is None or self._thread.is_alive() or self._stop.is_set()
+        return (self._thread is None or self._thread.is_alive() or self._stop.is_set()
+                or self.fell_back)
 
     def cached(self) -> int:
         """Objects of the sharded kinds in this member's primary caches now."""
@@ -144,19 +151,25 @@ class RangeKeeper:
     # -- the rounds ------------------------------------------------------------------------
 
     def _run(self) -> None:
-        while not self._stop.is_set():
+        while not self._stop.is_set() and not self.fell_back:
             self._wake.wait(self.PERIOD)
             self._wake.clear()
             if self._stop.is_set():
                 return
-            if not self._may_reconcile():  # not joined yet, or fenced: start nothing
+            # Not joined yet, or fenced; or the other members' Leases not listed yet (their
+            # claims and modes unknown): start nothing.
+            if not self._may_reconcile() or not self._members.informer.synced.is_set():
                 continue
             try:
                 with self._lock:
                     self._round()
+            except _FellBack:
+                break
             except Exception as err:  # noqa: BLE001 - the next round tries again
                 log.warning("sharding %s: member %s: a round failed (%s); trying again in "
                             "%.1fs", self._operator, self._identity, err, self.PERIOD)
+        if self.fell_back and not self._stop.is_set():
+            self._on_fall_back()
 
     def target(self) -> frozenset[int]:
         """This member's slots among the live members (itself included)."""
@@ -165,14 +178,8 @@ class RangeKeeper:
 
     def claims(self) -> dict[str, frozenset[int]]:
         """What each other live member claims (its Lease's annotation)."""
-        alive = self._members.alive()
         out: dict[str, frozenset[int]] = {}
-        for lease in self._members.informer.objects():
-            holder = str((lease.get("spec") or {}).get("holderIdentity") or "")
-            meta = lease.get("metadata") or {}
-            if holder == self._identity or holder not in alive or \
-                    meta.get("name") != member_lease(self._operator, holder):
-                continue
+        for holder, meta in live_leases(self._members, self._operator, self._identity):
             raw = (meta.get("annotations") or {}).get(SLOTS_ANNOTATION)
             if raw is None:
                 continue
@@ -189,7 +196,29 @@ class RangeKeeper:
             out[holder] = slots
         return out
 
+    def in_label_mode(self) -> list[str]:
+        """The other live members that run label mode (`operator_kit.election.modes`)."""
+        return sorted(member for member, meta in live_leases(
+            self._members, self._operator, self._identity) if lease_mode(meta) == "labels")
+
+    def _fall_back(self, why: str) -> None:
+        """Give server mode up for the group: stop serving (reconciles return first), then
+        publish no slots and label mode; `on_fall_back` runs label mode next."""
+        log.warning("sharding %s: %s: member %s stops serving hash slots %s, and runs "
+                    "label mode once its reconciles of them returned; the whole group "
+                    "follows (each member sees this one's Lease) and runs label mode until "
+                    "its members restart", self._operator, why, self._identity,
+                    _spans(self.held))
+        self.fell_back = True
+        self._serve(frozenset())
+        self._annotate({SLOTS_ANNOTATION: encode_slots((), self._slots), MODE: "labels"})
+        self._published = frozenset()
+
     def _round(self) -> None:
+        labels = self.in_label_mode()
+        if labels:
+            self._fall_back(_in_labels(labels))
+            return
         target = self.target()
         lose = self.held - target
         if lose:
@@ -222,6 +251,11 @@ class RangeKeeper:
                         self._operator, self._identity, _spans(free), self.CONFIRM)
             self._publish(self.held)
             return
+        labels = self.in_label_mode()  # joined before our claim: it waits for us
+        if labels:
+            self._publish(self.held)
+            self._fall_back(_in_labels(labels))
+            return
         contested: set[int] = set()
         for slots in self.claims().values():
             contested |= free & slots
@@ -241,92 +275,46 @@ class RangeKeeper:
 
     def _serve(self, slots: frozenset[int]) -> None:
         """Stop the current generation (its reconciles return first), start one on
-        `slots` (none: serve nothing)."""
+        `slots` (none: serve nothing) from what the stopped one carries."""
         started = time.monotonic()
+        carried: Carried | None = None
         if self._generation is not None:
             self._generation.stop()
+            carried = self._generation.carry() if slots else None
             self._generation = None
         self.held = slots
         self._gauge.set(len(slots))
-        if slots:
-            self._generation = self._make(selector(ranges_of(slots, self._slots)))
+        if slots and not self.fell_back:
+            try:
+                self._generation = self._make(slots, carried)
+            except SelectorRefused as err:  # nothing started
+                self.held = frozenset()
+                self._gauge.set(0)
+                self._fall_back(str(err))
+                raise _FellBack() from None
         log.debug("sharding %s: member %s switched to slots %s in %.2fs", self._operator,
                   self._identity, _spans(slots), time.monotonic() - started)
 
     def _publish(self, slots: frozenset[int]) -> str:
         """Write `slots` on this member's Lease; the resourceVersion written."""
-        answer: Any = self._api.request(
-            "PATCH", self._path, content_type="application/merge-patch+json",
-            body={"metadata": {"annotations": {
-                SLOTS_ANNOTATION: encode_slots(slots, self._slots)}}})
+        version = self._annotate({SLOTS_ANNOTATION: encode_slots(slots, self._slots)})
         self._published = slots
-        return str(answer["metadata"]["resourceVersion"])
+        return version
 
 
-class RunnerGeneration:
-    """The sharded controllers' runners on one set of slots, on informers of their own
-    (stopped with them): what `RangeKeeper` starts and stops (`Generation`).
-    `on_stopped` is told which runners ended; `stopping` is the operator's stop (a stop
-    then waits no longer for reconciles in flight: the process is on its way out)."""
-
-    WAIT_LOG = 10.0
-    """Seconds between the lines saying reconciles in flight hold a release up."""
-
-    def __init__(self, runners: list[ControllerRunner], informers: Informers,
-                 stop: threading.Event, *, stopping: threading.Event,
-                 on_stopped: Callable[[list[ControllerRunner]], None]) -> None:
-        self.runners = runners
-        self._informers = informers
-        self._stop = stop
-        self._stopping = stopping
-        self._on_stopped = on_stopped
-
-    def start(self) -> None:
-        self._informers.start()
-        for runner in self.runners:
-            runner.start()
-
-    def cached(self) -> int:
-        return sum(len(i) for r in self.runners for i in r.primaries.values())
-
-    def stop(self) -> None:
-        started = time.monotonic()
-        for runner in self.runners:
-            while not runner.shut_down(self.WAIT_LOG) and not self._stopping.is_set():
-                log.warning("%s: reconciles still running %.0fs after its slots were "
-                            "released; the slots move once they return", runner.name,
-                            time.monotonic() - started)
-        self._stop.set()
-        self._informers.interrupt()
-        self._informers.join(time.monotonic() + 5.0)
-        self._on_stopped(self.runners)
+class _FellBack(Exception):
+    """A round ended in the fall back to label mode."""
 
 
-def generations(api: Api, controllers: Sequence[Controller[Any]], *, field_manager: str,
-                may_reconcile: Callable[[], bool], stopping: threading.Event,
-                informers: Callable[[threading.Event], Informers],
-                started: Callable[[list[ControllerRunner]], bool],
-                stopped: Callable[[list[ControllerRunner]], None],
-                ) -> Callable[[str], RunnerGeneration]:
-    """What `RangeKeeper` calls to start `controllers` on a ``shardSelector``: runners
-    whose reconciles write through the member's fence (`FencedApi`), on informers of
-    their own (`informers(stop)`); `started` is told of them (False: the operator is
-    stopping, so they are not started) and `stopped` when they end."""
+def _in_labels(members: list[str]) -> str:
+    return (f"member(s) {', '.join(members)} run label mode (forced to, or their API "
+            "server does not filter by shard)")
 
-    def make(shard_selector: str) -> RunnerGeneration:
-        stop = threading.Event()
-        caches = informers(stop)
-        fenced = FencedApi(api, may_reconcile)
-        objects = Objects(fenced, caches, field_manager=field_manager)
-        recorder = EventRecorder(api, field_manager)
-        runners = [ControllerRunner(
-            controller, fenced, field_manager=field_manager, recorder=recorder, stop=stop,
-            informers=caches, objects=objects, may_reconcile=may_reconcile,
-            shard_selector=shard_selector) for controller in controllers]
-        generation = RunnerGeneration(runners, caches, stop, stopping=stopping,
-                                      on_stopped=stopped)
-        if started(runners):
-            generation.start()
-        return generation
 
-    return make
+def readiness(mode: str | None, ranges: RangeKeeper | None) -> str:
+    """``/readyz``'s line about sharding: ``sharding: mode=server slots=21/64`` (the
+    slots this member serves), ``sharding: mode=labels``, or nothing (not sharded)."""
+    if mode is None:
+        return ""
+    slots = f" slots={len(ranges.held)}/{SLOTS}" if mode == "server" and ranges else ""
+    return f"sharding: mode={mode}{slots}\n"

@@ -33,7 +33,8 @@ from operator_kit import metrics
 from operator_kit.client.transport import Api, error_message
 from operator_kit.election.shard_ranges import HASH_SPACE, ShardRange, selector
 
-__all__ = ["INVALID_SELECTOR", "PROBE_SELECTOR", "Support", "pick_mode", "probe"]
+__all__ = ["INVALID_SELECTOR", "PROBE_SELECTOR", "SelectorRefused", "Support", "pick_mode",
+           "probe", "refusal"]
 
 log = logging.getLogger("operator_kit.sharding")
 
@@ -119,3 +120,23 @@ def pick_mode(api: Api, mode: str, operator: str, paths: Mapping[str, str]) -> s
              "the API server filters each member's hash ranges; no label is written"
              if mode == "server" else "the leader's sharder labels every object")
     return mode
+
+
+class SelectorRefused(Exception):
+    """The API server refused the shard selector of a member's slots (`refusal`)."""
+
+
+def refusal(api: Api, path: str, shard_selector: str, *, timeout: float = 10.0) -> str | None:
+    """Why the API server refuses a LIST of `path` (``limit=1``) with `shard_selector`,
+    or None when it serves it. A refusal is a 400 or 422, or an error naming the
+    selector (1.37.2 answers a selector it cannot use with a 500 "invalid shard
+    selector"); any other failure (a timeout, a 503, missing RBAC) is raised: it says
+    nothing of the selector, and the caller tries again."""
+    try:
+        api.request("GET", path, query={"shardSelector": shard_selector, "limit": 1},
+                    timeout=timeout)
+    except ApiException as err:
+        if err.status in (400, 422) or "selector" in str(err.body or err.reason or ""):
+            return f"{err.status}: {error_message(err)}"
+        raise
+    return None

@@ -24,6 +24,7 @@ from operator_kit.client.transport import Api, Resource
 from operator_kit.election.leader import LeaderElector
 from operator_kit.election.sharding import (
     MEMBER_OF,
+    MODE,
     Patch,
     Placed,
     Ref,
@@ -58,14 +59,15 @@ class Membership:
     Lease), released and deleted on a clean stop."""
 
     def __init__(self, api: Api, config: Sharding, *, operator: str, namespace: str,
-                 on_joined: Callable[[], None], on_lost: Callable[[], None]) -> None:
+                 on_joined: Callable[[], None], on_lost: Callable[[], None],
+                 mode: str = "labels") -> None:
         self.identity = config.identity or member_identity()
         self.election = config.election(namespace, operator, self.identity)
         self._api = api
         self.elector = LeaderElector(
             api, self.election, namespace=namespace, name=self.election.lease_name,
             operator=operator, on_started_leading=on_joined, on_stopped_leading=on_lost,
-            lease_labels={MEMBER_OF: operator},
+            lease_labels={MEMBER_OF: operator, MODE: mode},  # modes.py
             gauge=metrics.SHARD_MEMBER.labels(operator))
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

@@ -104,6 +104,9 @@ LABEL_PREFIX = "shard.operator-kit.io/"
 MEMBER_OF = "operator-kit.io/member-of"
 """The label on member Leases: ``operator-kit.io/member-of=<operator name>``."""
 
+MODE = "shard.operator-kit.io/mode"
+"""The label (set when a member Lease is created) and annotation (set on a change) naming
+the mode its member runs (`operator_kit.election.modes`)."""
 MODES = ("auto", "labels", "server")
 """`Sharding.mode`: auto picks server where the API server filters by shard, else labels."""
 

@@ -82,6 +82,8 @@ class ControllerRunner(EventSources):
             flows=queue_flows(controller, self.labels, lambda k: self.primary_of(k).get(k)),
             failure_backoff=Backoff(base=controller.on_error, cap=controller.max_backoff))
         self.caught_up = CaughtUp(self.name)
+        self.refused: dict[Key, float] = {}
+        """Keys `enqueue` was asked for once the queue had shut down, with their delay."""
         self.objects = objects if objects is not None else Objects(
             api, informers, field_manager=field_manager)
         self.own_writes = OwnWrites(self._enqueue_owners) if controller.skip_own_echoes \
@@ -168,6 +170,8 @@ class ControllerRunner(EventSources):
                 trigger: Trigger | Triggers | None = None) -> None:
         self.queue.add(key, delay, priority, trigger)
         self._depth.set(len(self.queue))
+        if self.queue.shutting_down:  # refused: a shard generation's successor queues it
+            self.refused[key] = min(delay, self.refused.get(key, delay))
 
     # -- workers -------------------------------------------------------------------------
 
@@ -249,7 +253,7 @@ class ControllerRunner(EventSources):
         # As controller-runtime does: no reconcile before every cache has listed, or
         # ctx.owned would miss children that exist and a reconcile make them again.
         while not self.synced():
-            if self.stop.wait(0.05):
+            if self.stop.wait(0.05) or self.queue.shutting_down:
                 return
         while True:
             key = self.queue.get()

@@ -6,7 +6,8 @@ and ``E ...`` when it ends, to a log file shared by every member (one ``os.write
 ``O_APPEND`` file per line, so lines from processes never interleave): the test reads
 who reconciled what, and when, and checks that no two reconciles of a key ever
 overlapped. Every second the member prints ``cache <objects> <foreign>``: how many
-Widgets its cache holds, and how many of them are not labelled with its identity.
+Widgets its cache holds, and how many of them are not labelled with its identity; and
+``readyz <line>`` whenever the sharding line of its ``/readyz`` changes.
 """
 
 from __future__ import annotations
@@ -53,7 +54,11 @@ class RecordingController(WidgetController):
 
 
 def report_cache(operator: Operator, identity: str) -> None:
+    said = ""
     while not operator.stopping.wait(1.0):
+        if operator.ready_detail() != said:  # what /readyz says after "ok"
+            said = operator.ready_detail()
+            print(f"readyz {said.strip()}", flush=True)
         if operator.sharding_mode == "server":  # no labels: its caches hold its share
             ranges = operator.ranges
             held = len(ranges.held) if ranges is not None else 0

@@ -34,6 +34,17 @@ def test_probes_answer_as_live_and_ready_say() -> None:
     assert call(app, "/livez")[1]["Content-Type"] == "text/plain; charset=utf-8"
 
 
+def test_readyz_says_the_sharding_mode_in_use_after_its_first_line() -> None:
+    from operator_kit.election.range_keeper import readiness
+
+    mode: dict[str, str | None] = {"mode": "labels"}
+    app = ProbeApp(["readyz"], live=lambda: True, ready=lambda: True,
+                   detail=lambda: readiness(mode["mode"], None))
+    assert call(app, "/readyz")[::2] == ("200 OK", b"ok\nsharding: mode=labels\n")
+    mode["mode"] = None  # not sharded: nothing more
+    assert call(app, "/readyz")[::2] == ("200 OK", b"ok\n")
+
+
 def test_a_path_it_does_not_serve_is_404_and_a_write_405() -> None:
     app = ProbeApp(["metrics"], live=lambda: True, ready=lambda: True)
     assert call(app, "/livez")[0] == "404 Not Found"

@@ -287,6 +287,21 @@ def test_a_member_is_alive_until_its_lease_duration_after_it_was_last_seen_to_ch
     assert members.alive() == set()
 
 
+def test_a_member_whose_clock_is_off_is_judged_by_the_observers_clock_alone() -> None:
+    """Its renewTime stamps (its wall clock: years ahead, or behind) are never compared
+    with anything: it is alive while its Lease keeps changing, dead a lease duration
+    after it stopped, on the observer's monotonic clock."""
+    now = [100.0]
+    members = watching(now)
+    members._on_lease(lease("op-member-ahead", "ahead", "2099-01-01T00:00:00.000001Z"))
+    members._on_lease(lease("op-member-behind", "behind", "1970-01-01T00:00:00.000001Z"))
+    now[0] = 103.0
+    members._on_lease(lease("op-member-behind", "behind", "1970-01-01T00:00:00.000002Z"))
+    assert members.alive() == {"ahead", "behind"}
+    now[0] = 104.0  # "ahead" stopped renewing 4 s ago (its stamps still say 2099)
+    assert members.alive() == {"behind"}
+
+
 def test_a_lease_claiming_longer_than_the_operators_lease_duration_is_believed_for_that_long(
         ) -> None:
     now = [100.0]
