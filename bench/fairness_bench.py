@@ -44,8 +44,16 @@ the quiet flows alone take ``K`` reconciles a second: choose ``--workers`` and
 the noisy write rate the first line of each run reports (on a loaded machine, with few
 writes a second, a longer reconcile).
 
-Figures: per run, the quiet waits' p50 and p99 and the noisy time; per mode, the p50 and
-p99 of every quiet wait of every round, and the median noisy time. The last line:
+Figures: per run, the quiet waits' p50 and p99 and the noisy time, and what the workers
+did while the flood lasted (from its first POST to the reconcile that saw its last
+update): the reconciles that began (of quiet objects), their rate -- the throughput --
+and the share of the workers' time spent in reconciles; per mode, the p50 and p99 of
+every quiet wait of every round, the median noisy time and the medians of the rest.
+Then where the noisy tenant's extra time went: the throughput ratio fair/fifo, the
+noisy time less the fair mode's extra quiet reconciles (at its throughput), and the
+ratio the quiet flows' demand alone predicts, ``1 / (1 - K / throughput)`` (fairness
+reconciles each quiet change as it comes, where FIFO folds many into one behind the
+flood: the flood gets what the quiet flows leave). The last line:
 ``fairness: noisy=<N> quiet_flows=<K> quiet_p99_ms=<x> fifo_quiet_p99_ms=<y>
 noisy_s=<s> fifo_noisy_s=<s>``. Everything shares one machine (the API server, etcd,
 this process), so absolute times move with its load; compare the modes within one run.
