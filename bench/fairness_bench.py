@@ -414,6 +414,13 @@ def summary(runs: Sequence[Run], options: argparse.Namespace) -> None:
           f"its throughput; without them {(noisy['fair'] - extra) / noisy['fifo']:.3f}x. The "
           f"flood's own reconciles at each mode's throughput: fair {own_s['fair']:.1f}s, "
           f"fifo {own_s['fifo']:.1f}s ({own_s['fair'] / own_s['fifo']:.3f}x)", flush=True)
+    for mode in MODES:
+        busy = median(mode, lambda r: r.busy_share(options.workers))
+        if busy < 0.9:
+            print(f"no flood formed in {mode} (the workers {busy:.0%} busy while the noisy "
+                  f"tenant wrote): its writes, not the workers, were the limit; the "
+                  f"prediction below assumes a flood. Use fewer --workers or a longer "
+                  f"--reconcile-ms", flush=True)
     share = options.quiet_flows / rate["fifo"]
     print(f"the quiet flows' demand, {options.quiet_flows} reconciles a second, is "
           f"{share:.0%} of the workers' {rate['fifo']:.1f}: fairness serving it during the "
