@@ -44,8 +44,19 @@ the quiet flows alone take ``K`` reconciles a second: choose ``--workers`` and
 the noisy write rate the first line of each run reports (on a loaded machine, with few
 writes a second, a longer reconcile).
 
-Figures: per run, the quiet waits' p50 and p99 and the noisy time; per mode, the p50 and
-p99 of every quiet wait of every round, and the median noisy time. The last line:
+Figures: per run, the quiet waits' p50 and p99 and the noisy time, and what the workers
+did while the flood lasted (from its first POST to the reconcile that saw its last
+update): the reconciles that began (of quiet objects), their rate -- the throughput --
+and the share of the workers' time spent in reconciles; per mode, the p50 and p99 of
+every quiet wait of every round, the median noisy time and the medians of the rest.
+The quiet waits also from the PATCH's answer, leaving out the API server's write (the
+queue and the watch's delivery; negative when the reconcile began before the answer
+reached the writer). Then where the noisy tenant's extra time went: the throughput
+ratio fair/fifo, the noisy time less the fair mode's extra quiet reconciles (at its
+throughput), and the ratio the quiet flows' demand alone predicts,
+``1 / (1 - K / throughput)`` (fairness reconciles each quiet change as it comes, where
+FIFO folds many into one behind the flood: the flood gets what the quiet flows leave).
+The last line:
 ``fairness: noisy=<N> quiet_flows=<K> quiet_p99_ms=<x> fifo_quiet_p99_ms=<y>
 noisy_s=<s> fifo_noisy_s=<s>``. Everything shares one machine (the API server, etcd,
 this process), so absolute times move with its load; compare the modes within one run.
@@ -60,7 +71,7 @@ import sys
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,8 +122,10 @@ class Seen:
         self.by_key: dict[tuple[str, str], list[tuple[float, int]]] = defaultdict(list)
         self.updated: dict[str, float] = {}  # noisy name -> first reconcile seeing index 1
         self.reconciles = 0
+        self.spans: list[tuple[float, float, bool]] = []  # (start, end, quiet) of each one
 
-    def record(self, namespace: str, name: str, index: int, noisy: str) -> None:
+    def record(self, namespace: str, name: str, index: int, noisy: str) -> float:
+        """Record a reconcile's start; returns it, for `finish`."""
         now = time.monotonic()
         with self._lock:
             self.reconciles += 1
@@ -122,6 +135,20 @@ class Seen:
             else:
                 self.by_key[namespace, name].append((now, index))
             self._changed.notify_all()
+        return now
+
+    def finish(self, began: float, quiet: bool) -> None:
+        """Record the end of the reconcile that began at `began`."""
+        with self._lock:
+            self.spans.append((began, time.monotonic(), quiet))
+
+    def window(self, start: float, end: float) -> tuple[int, int, float]:
+        """Of the reconciles that began between `start` and `end`: how many, how many of
+        quiet objects, and the seconds they took (summed over the workers)."""
+        with self._lock:
+            inside = [(b, e, q) for b, e, q in self.spans if start <= b <= end]
+        return (len(inside), sum(q for _, _, q in inside),
+                sum(min(e, end) - b for b, e, _ in inside))
 
     def noisy_done(self) -> tuple[int, float]:
         """How many noisy objects were reconciled at their update, and the last start."""
@@ -144,10 +171,25 @@ class Run:
     mode: str
     round: int
     waits: list[float] = field(default_factory=list)
+    answered: list[float] = field(default_factory=list)  # each wait, from the PATCH's answer
     noisy_s: float = 0.0
     reconciles: int = 0
     quiet_reconciles: int = 0
     busy_s: float = 0.0  # from the first noisy POST to the last quiet change's reconcile
+    written_s: float = 0.0  # the noisy tenant's writes, from the first POST to the last PATCH
+    # While the flood lasted (its first POST to its last update's reconcile):
+    flood_reconciles: int = 0  # reconciles begun
+    flood_quiet: int = 0  # of which of the quiet objects
+    flood_worked_s: float = 0.0  # the workers' seconds in reconciles, summed
+
+    @property
+    def flood_rate(self) -> float:
+        """Reconciles a second while the flood lasted: the throughput."""
+        return self.flood_reconciles / self.noisy_s
+
+    def busy_share(self, workers: int) -> float:
+        """How much of the workers' time went into reconciles while the flood lasted."""
+        return self.flood_worked_s / (workers * self.noisy_s)
 
 
 def make_controller(kind: type[Any], mode: str, workers: int, seconds: float, seen: Seen,
@@ -161,8 +203,9 @@ def make_controller(kind: type[Any], mode: str, workers: int, seconds: float, se
         fairness = Fairness() if mode == "fair" else None
 
         def reconcile(self, obj: Any, ctx: Context) -> Action:
-            seen.record(obj.namespace, obj.name, obj.spec.index, noisy)
+            began = seen.record(obj.namespace, obj.name, obj.spec.index, noisy)
             time.sleep(seconds)
+            seen.finish(began, obj.namespace != noisy)
             return Action.await_change()
 
     return Tenants()
@@ -196,7 +239,7 @@ def run_mode(cluster: Any, kind: type[Any], noisy: str, quiet: Sequence[str], mo
     operator.use(cluster.client)
     run = Run(mode, round_)
     stop = threading.Event()
-    writes: list[tuple[tuple[str, str], int, float]] = []  # (key, index, sent)
+    writes: list[tuple[tuple[str, str], int, float, float]] = []  # key, index, sent, answer
     writes_lock = threading.Lock()
     operator.start()
     try:
@@ -214,8 +257,9 @@ def run_mode(cluster: Any, kind: type[Any], noisy: str, quiet: Sequence[str], mo
                 sent = time.monotonic()
                 request(cluster.api, "PATCH", path(ns, "quiet"),
                         body={"spec": {"index": index}}, content_type=MERGE)
+                answer = time.monotonic()
                 with writes_lock:
-                    writes.append(((ns, "quiet"), index, sent))
+                    writes.append(((ns, "quiet"), index, sent, answer))
                 stop.wait(max(0.0, sent + 1.0 - time.monotonic()))
 
         def flood_one(i: int) -> None:
@@ -233,29 +277,33 @@ def run_mode(cluster: Any, kind: type[Any], noisy: str, quiet: Sequence[str], mo
         started = time.monotonic()
         with ThreadPoolExecutor(options.noisy_threads, thread_name_prefix="noisy") as pool:
             list(pool.map(flood_one, range(options.noisy)))
-        written = time.monotonic() - started
+        run.written_s = written = time.monotonic() - started
         deadline = time.monotonic() + 600 + 3 * options.noisy * options.reconcile_ms / 1000
         while (done := seen.noisy_done())[0] < options.noisy:
             if time.monotonic() > deadline:
                 raise SystemExit(f"{mode}: the noisy updates were not all reconciled")
             time.sleep(0.01)
         run.noisy_s = done[1] - started
+        run.flood_reconciles, run.flood_quiet, run.flood_worked_s = seen.window(started,
+                                                                                 done[1])
         stop.set()
         for thread in quiet_threads:
             thread.join(30)
         deadline = time.monotonic() + 120
-        for key, index, sent in writes:
+        for key, index, sent, answer in writes:
             while (began := seen.first_seeing(key, index)) is None:
                 if time.monotonic() > deadline:
                     raise SystemExit(f"{mode}: quiet change {key} #{index} never reconciled")
                 time.sleep(0.01)
             run.waits.append(began - sent)
+            run.answered.append(began - answer)
         run.reconciles = seen.reconciles
         run.quiet_reconciles = seen.quiet_reconciles()
         run.busy_s = time.monotonic() - started
         print(f"#   {mode}: {options.noisy} noisy objects written in {written:.1f}s "
-              f"({2 * options.noisy / written:.0f} writes/s); {len(writes)} quiet changes",
-              flush=True)
+              f"({2 * options.noisy / written:.0f} writes/s); {len(writes)} quiet changes; "
+              f"{run.reconciles} reconciles in all ({run.quiet_reconciles} of quiet "
+              f"objects), {run.reconciles / run.busy_s:.1f} a second", flush=True)
         return run
     finally:
         stop.set()
@@ -317,39 +365,85 @@ def bench(options: argparse.Namespace) -> int:
                 request(cluster.api, "POST", path(ns.name), body={
                     "apiVersion": f"{GROUP}/{VERSION}", "kind": KIND,
                     "metadata": {"name": "quiet"}, "spec": {"index": 0}})
-            print(f"{'mode':>5} {'round':>5} {'quiet p50 ms':>13} {'quiet p99 ms':>13} "
-                  f"{'quiet max ms':>13} {'noisy s':>8} {'reconciles (quiet)':>19} "
-                  f"{'reconciles/s':>12}", flush=True)
+            print(f"{'':>37} {'':>6} {'while the flood lasted:':^39}\n"
+                  f"{'mode':>4} {'round':>5} {'quiet p50 ms':>12} {'quiet p99 ms':>12} "
+                  f"{'noisy s':>8} {'reconciles (quiet)':>19} {'reconciles/s':>12} "
+                  f"{'busy':>5}", flush=True)
             for round_ in range(options.rounds):
                 for mode in (MODES if round_ % 2 == 0 else MODES[::-1]):
                     run = run_mode(cluster, kind, namespaces[0].name, quiet, mode, round_,
                                    options)
                     runs.append(run)
-                    print(f"{mode:>5} {round_:>5} {percentile(run.waits, 50) * 1000:>13.0f} "
-                          f"{percentile(run.waits, 99) * 1000:>13.0f} "
-                          f"{max(run.waits) * 1000:>13.0f} {run.noisy_s:>8.1f} "
-                          f"{f'{run.reconciles} ({run.quiet_reconciles})':>19} "
-                          f"{run.reconciles / run.busy_s:>12.1f}", flush=True)
+                    print(f"{mode:>4} {round_:>5} {percentile(run.waits, 50) * 1000:>12.0f} "
+                          f"{percentile(run.waits, 99) * 1000:>12.0f} {run.noisy_s:>8.1f} "
+                          f"{f'{run.flood_reconciles} ({run.flood_quiet})':>19} "
+                          f"{run.flood_rate:>12.1f} "
+                          f"{run.busy_share(options.workers):>5.0%}", flush=True)
         finally:
             for ns in namespaces:
                 with contextlib.suppress(Exception):
                     ns.delete()
+    summary(runs, options)
+    return 0
+
+
+def summary(runs: Sequence[Run], options: argparse.Namespace) -> None:
+    """Per mode over every round: the quiet waits, the noisy time and what the workers did
+    while the flood lasted; where the noisy tenant's extra time went; the last line."""
     waits = {m: [w for r in runs if r.mode == m for w in r.waits] for m in MODES}
-    noisy = {m: statistics.median(r.noisy_s for r in runs if r.mode == m) for m in MODES}
+
+    def median(mode: str, figure: Callable[[Run], float]) -> float:
+        return statistics.median(figure(r) for r in runs if r.mode == mode)
+
+    noisy = {m: median(m, lambda r: r.noisy_s) for m in MODES}
+    rate = {m: median(m, lambda r: r.flood_rate) for m in MODES}
+    quiet = {m: median(m, lambda r: r.flood_quiet) for m in MODES}
+    own = {m: median(m, lambda r: r.flood_reconciles - r.flood_quiet) for m in MODES}
     print()
     for mode in MODES:
         print(f"{mode}: {len(waits[mode])} quiet changes over {options.rounds} rounds: p50 "
               f"{percentile(waits[mode], 50) * 1000:.0f} ms, p99 "
               f"{percentile(waits[mode], 99) * 1000:.0f} ms, max "
-              f"{max(waits[mode]) * 1000:.0f} ms; noisy tenant (median) {noisy[mode]:.1f}s",
+              f"{max(waits[mode]) * 1000:.0f} ms; noisy tenant (median) {noisy[mode]:.1f}s; "
+              f"while the flood lasted (medians) {own[mode]:.0f} reconciles of its objects "
+              f"and {quiet[mode]:.0f} of quiet ones, {rate[mode]:.1f} a second, the workers "
+              f"busy {median(mode, lambda r: r.busy_share(options.workers)):.0%}",
               flush=True)
-    print(f"noisy time fair/fifo {noisy['fair'] / noisy['fifo']:.3f}x; quiet p99 fifo/fair "
+    for mode in MODES:
+        after = [a for r in runs if r.mode == mode for a in r.answered]
+        print(f"{mode}: the quiet waits from the PATCH's answer (the queue and the watch's "
+              f"delivery, not the API server's write): p50 {percentile(after, 50) * 1000:.0f} "
+              f"ms, p99 {percentile(after, 99) * 1000:.0f} ms, or "
+              f"{percentile(after, 99) / (options.reconcile_ms / 1000):.1f} reconcile times",
+              flush=True)
+    print(f"throughput while the flood lasted fair/fifo {rate['fair'] / rate['fifo']:.3f}x "
+          f"({rate['fair']:.1f} and {rate['fifo']:.1f} reconciles a second)", flush=True)
+    more = quiet["fair"] - quiet["fifo"]
+    extra = more / rate["fair"]  # the seconds those took, at the fair mode's throughput
+    gap = noisy["fair"] - noisy["fifo"]
+    own_s = {m: own[m] / rate[m] for m in MODES}
+    print(f"noisy time fair/fifo {noisy['fair'] / noisy['fifo']:.3f}x (+{gap:.1f}s): fair "
+          f"reconciled {more:.0f} more quiet changes while the flood lasted, {extra:.1f}s at "
+          f"its throughput; without them {(noisy['fair'] - extra) / noisy['fifo']:.3f}x. The "
+          f"flood's own reconciles at each mode's throughput: fair {own_s['fair']:.1f}s, "
+          f"fifo {own_s['fifo']:.1f}s ({own_s['fair'] / own_s['fifo']:.3f}x)", flush=True)
+    for mode in MODES:
+        busy = median(mode, lambda r: r.busy_share(options.workers))
+        if busy < 0.9:
+            print(f"no flood formed in {mode} (the workers {busy:.0%} busy while the noisy "
+                  f"tenant wrote): its writes, not the workers, were the limit; the "
+                  f"prediction below assumes a flood. Use fewer --workers or a longer "
+                  f"--reconcile-ms", flush=True)
+    share = options.quiet_flows / rate["fifo"]
+    print(f"the quiet flows' demand, {options.quiet_flows} reconciles a second, is "
+          f"{share:.0%} of the workers' {rate['fifo']:.1f}: fairness serving it during the "
+          f"flood predicts noisy fair/fifo 1/(1 - {share:.2f}) = {1 / (1 - share):.3f}x; "
+          f"quiet p99 fifo/fair "
           f"{percentile(waits['fifo'], 99) / percentile(waits['fair'], 99):.0f}x", flush=True)
     print(f"fairness: noisy={options.noisy} quiet_flows={options.quiet_flows} "
           f"quiet_p99_ms={percentile(waits['fair'], 99) * 1000:.0f} "
           f"fifo_quiet_p99_ms={percentile(waits['fifo'], 99) * 1000:.0f} "
           f"noisy_s={noisy['fair']:.1f} fifo_noisy_s={noisy['fifo']:.1f}", flush=True)
-    return 0
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
