@@ -201,6 +201,13 @@ def _image(project: str | None, tag: str | None, out: str | None,
     """Build `project`'s image, load it into the plane's node, print its reference."""
     if project is None:
         raise UsageError("image needs the operator project's folder: image PROJECT")
+    if tag is not None:
+        name, _, version = tag.rpartition("/")[2].partition(":")
+        if not name or version in ("", "latest"):
+            raise UsageError(
+                f"--tag {tag}: give a version other than latest, e.g. {tag.split(':')[0]}"
+                ":0.1.0 (with latest, or none, the Deployment pulls the image again, "
+                "imagePullPolicy Always, and an image loaded into the node cannot be pulled)")
     if not cluster.running() or not cluster.state.node:
         print(f"error: no plane with a node in {cluster.dir}: start one with `up --node "
               f"--dir {cluster.dir}` first", file=sys.stderr)

@@ -220,3 +220,14 @@ def test_the_build_path_of_the_venv_is_rewritten_to_the_path_inside_the_image(
     assert (bin_dir / "gunicorn").read_text().startswith("#!/opt/venv/bin/python\n")
     assert build not in (bin_dir / "activate").read_text()
     assert build not in (bin_dir.parent / "pyvenv.cfg").read_text()
+
+
+@pytest.mark.parametrize("tag", ["op", "op:latest", "registry.test:5000/op", "op:"])
+def test_an_image_tag_the_kubelet_would_pull_again_is_refused_before_building(
+        tag: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        command_line.main(["image", str(tmp_path), "--tag", tag, "--dir", str(tmp_path)])
+    assert exited.value.code == 2
+    said = capsys.readouterr().err
+    assert said.startswith(f"error: --tag {tag}: give a version other than latest")
+    assert "imagePullPolicy Always" in said and said.count("\n") == 1
