@@ -31,6 +31,7 @@ from operator_kit.localcluster.node import (
     NodeError,
     check_machine,
 )
+from operator_kit.localcluster.pods import PodsError, wait_available
 from operator_kit.manifests import operator_manifests
 from operator_kit.testing import Namespace, TestCluster, eventually
 
@@ -212,9 +213,10 @@ def test_backup_operator_runs_as_pods_on_a_real_node(machine: None, tmp_path: Pa
         path = "/apis/apps/v1/namespaces/backup-system/deployments/" \
             + deployment["metadata"]["name"]
         try:
-            eventually(240, lambda: cluster.api.get(path).get("status", {})
-                       .get("availableReplicas") == replicas,
-                       interval=1, message=f"{replicas} Pods Ready through their probes")
+            # Every Pod Ready through its probes (or one line saying which is not, why,
+            # and where its log is).
+            wait_available(cluster.api, "backup-system", deployment["metadata"]["name"],
+                           timeout=240, plane_dir=folder)
             # The API server calls the webhooks through the Service (its endpoints, the
             # Pods' addresses): a bad Backup is denied with the webhook's message...
             def denied() -> bool:
@@ -229,7 +231,7 @@ def test_backup_operator_runs_as_pods_on_a_real_node(machine: None, tmp_path: Pa
                        interval=1, message="the operator in its Pod made the CronJob")
             failover_and_eviction(cluster, namespace)
             rolling_update(cluster, namespace, path, replicas)
-        except (AssertionError, ApiException) as err:
+        except (AssertionError, ApiException, PodsError) as err:
             raise AssertionError(f"{err}\n{post_mortem(cluster, plane, 'backup-system')}") \
                 from None
     finally:
