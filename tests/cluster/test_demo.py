@@ -109,6 +109,10 @@ def test_the_demo_runs_the_operator_as_pods_where_a_node_can_run(
             assert pod["spec"]["nodeName"] == NODE_NAME
             assert pod["spec"]["containers"][0]["image"] == IMAGE
     finally:
+        stopping = time.monotonic()
         LocalCluster(plane).down()
+        print(f"down {time.monotonic() - stopping:.0f}s")
     after = leftovers(plane)
-    assert after == before, {k: after[k] ^ before[k] for k in after if after[k] != before[k]}
+    left = {k: after[k] ^ before[k] for k in after if after[k] != before[k]}
+    print(f"left behind: {left}" if left else "nothing left behind")
+    assert not left

@@ -184,7 +184,14 @@ def rolling_update(cluster: TestCluster, namespace: Namespace, path: str,
     print(f"rolling update: {asked} dry-run admissions during the rollout, none failed")
 
 
-def test_backup_operator_runs_as_pods_on_a_real_node(machine: None, tmp_path: Path) -> None:
+def image_tar(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the session keeps the Backup image's tar: built once by the first node test
+    (the build is reproducible), imported by the next ones."""
+    return tmp_path_factory.getbasetemp() / "backup-operator-0.1.0.tar"
+
+
+def test_backup_operator_runs_as_pods_on_a_real_node(
+        machine: None, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     folder = tmp_path / "plane"
     before = leftovers(folder)
     plane = LocalCluster(folder)
@@ -195,7 +202,8 @@ def test_backup_operator_runs_as_pods_on_a_real_node(machine: None, tmp_path: Pa
         cluster = TestCluster(str(kubeconfig))
         built = subprocess.run(
             [sys.executable, "-m", "operator_kit.localcluster", "image", str(SAMPLE),
-             "--dir", str(folder)], capture_output=True, text=True, check=False)
+             "--dir", str(folder), "--out", str(image_tar(tmp_path_factory))],
+            capture_output=True, text=True, check=False)
         assert built.returncode == 0, built.stderr
         assert built.stdout.strip() == IMAGE
 

@@ -28,6 +28,7 @@ import json
 import socket
 import ssl
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -42,7 +43,7 @@ from operator_kit.localcluster.node import Node
 from operator_kit.localcluster.pods import PodsError, wait_available
 from operator_kit.testing import TestCluster, eventually
 from operator_kit.webhooks.limits import DEFAULT_MAX_CONVERSION_BODY_BYTES, MIB
-from tests.cluster.test_node import IMAGE, SAMPLE, machine, post_mortem
+from tests.cluster.test_node import IMAGE, SAMPLE, image_tar, machine, post_mortem
 
 __all__ = ["machine"]  # the fixture, shared with test_node
 
@@ -87,13 +88,18 @@ def deployed(machine: None, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     plane = LocalCluster(folder)
     try:
         kubeconfig = plane.up(node=True, timeout=300)
-        built = subprocess.run(
-            ["python", "-m", "operator_kit.localcluster", "image", str(SAMPLE),
-             "--dir", str(folder)], capture_output=True, text=True, check=False)
-        assert built.returncode == 0, built.stderr
+        tar = image_tar(tmp_path_factory)
+        if tar.exists():  # built by test_node in this session
+            plane.node.import_image(tar)
+        else:
+            built = subprocess.run(
+                [sys.executable, "-m", "operator_kit.localcluster", "image", str(SAMPLE),
+                 "--dir", str(folder), "--out", str(tar)],
+                capture_output=True, text=True, check=False)
+            assert built.returncode == 0, built.stderr
         base = folder.parent / "base"
         generated = subprocess.run(
-            ["python", "-m", "operator_kit.manifests", "backup_operator:operator",
+            [sys.executable, "-m", "operator_kit.manifests", "backup_operator:operator",
              "--image", IMAGE, "--namespace", NAMESPACE, "--replicas", "1",
              "--kustomize", str(base)], capture_output=True, text=True, check=False)
         assert generated.returncode == 0, generated.stderr
