@@ -71,7 +71,9 @@ class Deployed:
 
     def apply(self, folder: Path) -> None:
         applied = subprocess.run([self.kubectl, "apply", "--server-side", "-k", str(folder)],
-                                 env={"KUBECONFIG": str(self.plane.kubeconfig)},
+                                 # kubectl's discovery cache under HOME: the test's
+                                 env={"KUBECONFIG": str(self.plane.kubeconfig),
+                                      "HOME": str(self.base.parent)},
                                  capture_output=True, text=True, check=False, timeout=120)
         assert applied.returncode == 0, applied.stderr
 
