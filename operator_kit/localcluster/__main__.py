@@ -4,7 +4,9 @@
 (`operator_kit.localcluster.gates`; e.g. ``ShardedListAndWatch=true`` for server-side
 sharding); ``up --node`` adds a node (`operator_kit.localcluster.node`); ``image PROJECT`` builds an
 operator project's image and loads it into that node (`operator_kit.localcluster.images`);
-``packages`` prints the command installing the Debian packages a node needs.
+``packages`` prints the command installing the Debian packages a node needs;
+``node-check`` says whether ``up --node`` can start here now, without building anything
+(ci/demo.sh asks it to choose between Pods on a node and processes on the host).
 
 Bad input — an unknown flag, a ``--timeout`` that is not a positive number, a bad
 ``--kubernetes-version`` or ``OPERATOR_KIT_KUBERNETES_VERSION``, a bad
@@ -25,13 +27,14 @@ from operator_kit.localcluster.binaries import (
     build_jobs,
     find_or_build,
     find_or_build_node,
+    node_missing,
     resolve,
     supported_versions,
     user_folder,
 )
 from operator_kit.localcluster.gates import GateError, apiserver_args, gates_of, parse
 from operator_kit.localcluster.images import ImageError, build_operator_image, default_reference
-from operator_kit.localcluster.node import INSTALL_COMMAND, NodeError
+from operator_kit.localcluster.node import INSTALL_COMMAND, NodeError, check_machine
 from operator_kit.localcluster.plane import LocalCluster, LocalClusterError, default_dir
 from operator_kit.settings import ArgumentParser, UsageError, number
 
@@ -54,12 +57,14 @@ def _main(argv: list[str] | None) -> int:
     )
     parser.add_argument(
         "command",
-        choices=["up", "down", "status", "build", "image", "packages"],
+        choices=["up", "down", "status", "build", "image", "packages", "node-check"],
         help="up: start or reuse, print the kubeconfig path last; "
         "down: stop and remove; status: say whether it runs; "
         "build: only find or build the binaries; image: build PROJECT's image, load it "
         "into the node, print its reference; packages: print the command installing "
-        "the Debian packages a node needs",
+        "the Debian packages a node needs; node-check: exit 0 if up --node can start here "
+        "now (root, the packages, the node's binaries built, no plane without a node in "
+        "--dir), else 1 and the reason",
     )
     parser.add_argument("project", nargs="?", default=None,
                         help="image: the operator project's folder (its pyproject.toml)")
@@ -107,6 +112,8 @@ def _main(argv: list[str] | None) -> int:
     if args.command == "packages":
         print(INSTALL_COMMAND)
         return 0
+    if args.command == "node-check":
+        return _node_check(LocalCluster(args.dir))
     if args.command == "image":
         return _image(args.project, args.tag, args.out, LocalCluster(args.dir))
     if args.project is not None:
@@ -171,11 +178,36 @@ def _main(argv: list[str] | None) -> int:
         return 1
 
 
+def _node_check(cluster: LocalCluster) -> int:
+    """0 when `up --node` on `cluster` would start without building anything; else 1,
+    the reason on stderr. Cheap: it looks, it neither starts nor builds."""
+    try:
+        check_machine()
+        reason = node_missing()
+    except (NodeError, BinariesError) as err:
+        reason = str(err)
+    if reason is None and cluster.running() and not cluster.state.node:
+        reason = (f"the plane in {cluster.dir} runs without a node (down --dir "
+                  f"{cluster.dir} stops it)")
+    if reason is not None:
+        print(f"no node: {reason}", file=sys.stderr)
+        return 1
+    print("a node can run here", file=sys.stderr)
+    return 0
+
+
 def _image(project: str | None, tag: str | None, out: str | None,
            cluster: LocalCluster) -> int:
     """Build `project`'s image, load it into the plane's node, print its reference."""
     if project is None:
         raise UsageError("image needs the operator project's folder: image PROJECT")
+    if tag is not None:
+        name, _, version = tag.rpartition("/")[2].partition(":")
+        if not name or version in ("", "latest"):
+            raise UsageError(
+                f"--tag {tag}: give a version other than latest, e.g. {tag.split(':')[0]}"
+                ":0.1.0 (with latest, or none, the Deployment pulls the image again, "
+                "imagePullPolicy Always, and an image loaded into the node cannot be pulled)")
     if not cluster.running() or not cluster.state.node:
         print(f"error: no plane with a node in {cluster.dir}: start one with `up --node "
               f"--dir {cluster.dir}` first", file=sys.stderr)

@@ -172,6 +172,21 @@ def is_cached(release: Release) -> bool:
     return all((folder / ".complete").exists() for folder in cache_folders(release))
 
 
+def node_missing(version: str | None = None) -> str | None:
+    """Why a node cannot start without building first (None: its binaries are in
+    ``OPERATOR_KIT_BINARIES``, or built and cached). Builds nothing."""
+    folder = user_folder()
+    names = ("kubelet", "kube-scheduler", "pause")
+    if folder is not None:
+        absent = [n for n in names if _executable(folder, n) is None]
+        return f"{folder} (OPERATOR_KIT_BINARIES) has no {', '.join(absent)}" if absent else None
+    cached = node_cache_folder(resolve(version))
+    if not (cached / ".complete").exists():
+        return (f"the node's binaries are not built ({cached}): `python -m "
+                "operator_kit.localcluster build --node` builds them once (minutes)")
+    return None
+
+
 def _executable(folder: Path, name: str) -> Path | None:
     path = folder / name
     return path if path.is_file() and os.access(path, os.X_OK) else None

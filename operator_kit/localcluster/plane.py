@@ -244,17 +244,22 @@ class LocalCluster:
     def down(self) -> None:
         """Stop every process this plane started and remove its folder."""
         left: list[str] = []
+        readable = False
         if self._state_file.exists():
             try:
-                node = self.state.node
-                for component in reversed(self.components):
-                    if component == "containerd":
-                        self.node.stop_containers()
-                    self.stop(component)
-                if node:
-                    left = self.node.teardown()
-            except (ValueError, TypeError):
+                readable = bool(self.state)
+            except (ValueError, TypeError):  # a state file cut short: nothing to stop by it
                 pass
+        if readable:
+            # Past reading the state, a failure is raised, not passed over: a node left
+            # half torn down (its bridge, chains, kernel settings) must not go unnoticed.
+            node = self.state.node
+            for component in reversed(self.components):
+                if component == "containerd":
+                    self.node.stop_containers()
+                self.stop(component)
+            if node:
+                left = self.node.teardown()
         if left:
             raise LocalClusterError(f"stopped the plane in {self.dir}, but could not remove: "
                                     f"{', '.join(left)}")

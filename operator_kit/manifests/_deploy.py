@@ -12,7 +12,8 @@
 3. the Service the API server calls webhooks through, and the Deployment: gunicorn
    serving ``operator_kit.webhooks:app`` on one TLS port (webhooks, ``/livez``,
    ``/readyz``, ``/metrics``), probes on that port, the ServiceAccount, a non-root,
-   read-only security context (user and group 65532), CPU, memory and ephemeral-storage
+   read-only security context (user and group 65532), a preStop sleep that keeps it
+   serving until the endpoints drop it (`PRE_STOP_SECONDS`), CPU, memory and ephemeral-storage
    requests and limits (the memory limit derived from the webhook server's bounds,
    `operator_kit.webhooks.limits.memory_limit_mib`); with more than one replica, a
    preferred anti-affinity that spreads the pods over nodes and a PodDisruptionBudget
@@ -330,6 +331,12 @@ def _probe(path: str, port: str = "https", scheme: str = "HTTPS") -> dict[str, A
             "periodSeconds": 10, "timeoutSeconds": 3, "failureThreshold": 3}
 
 
+PRE_STOP_SECONDS = 5
+"""How long a webhook-serving pod keeps serving after its deletion, before SIGTERM
+(``lifecycle.preStop.sleep``, Kubernetes 1.30+): time for the Service's endpoints to drop
+it. The termination grace period (40 s) covers it and gunicorn's 20 s graceful stop."""
+
+
 def deployment(name: str, *, app: str, namespace: str, image: str,
                replicas: int = 2, names: Mapping[str, str] | None = None,
                tls_secret: str | None = None, webhooks: bool = True,
@@ -375,6 +382,11 @@ def deployment(name: str, *, app: str, namespace: str, image: str,
         "ports": [{"name": "https", "containerPort": WEBHOOK_PORT, "protocol": "TCP"}],
         "livenessProbe": _probe("/livez"),
         "readinessProbe": _probe("/readyz"),
+        # Serving on while the API server learns that the pod is going: gunicorn stops
+        # accepting at SIGTERM, and the Service's endpoints drop a terminating pod only
+        # a moment after its deletion, so a webhook call in that moment was refused (a
+        # failed admission during a rolling update). The kubelet sleeps first.
+        "lifecycle": {"preStop": {"sleep": {"seconds": PRE_STOP_SECONDS}}},
         "resources": _resources(memory_limit_mib(
             body_budget or max(DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CONVERSION_BODY_BYTES),
             DEFAULT_THREADS)),

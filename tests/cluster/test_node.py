@@ -31,6 +31,7 @@ from operator_kit.localcluster.node import (
     NodeError,
     check_machine,
 )
+from operator_kit.localcluster.pods import PodsError, wait_available
 from operator_kit.manifests import operator_manifests
 from operator_kit.testing import Namespace, TestCluster, eventually
 
@@ -183,7 +184,14 @@ def rolling_update(cluster: TestCluster, namespace: Namespace, path: str,
     print(f"rolling update: {asked} dry-run admissions during the rollout, none failed")
 
 
-def test_backup_operator_runs_as_pods_on_a_real_node(machine: None, tmp_path: Path) -> None:
+def image_tar(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the session keeps the Backup image's tar: built once by the first node test
+    (the build is reproducible), imported by the next ones."""
+    return tmp_path_factory.getbasetemp() / "backup-operator-0.1.0.tar"
+
+
+def test_backup_operator_runs_as_pods_on_a_real_node(
+        machine: None, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     folder = tmp_path / "plane"
     before = leftovers(folder)
     plane = LocalCluster(folder)
@@ -194,7 +202,8 @@ def test_backup_operator_runs_as_pods_on_a_real_node(machine: None, tmp_path: Pa
         cluster = TestCluster(str(kubeconfig))
         built = subprocess.run(
             [sys.executable, "-m", "operator_kit.localcluster", "image", str(SAMPLE),
-             "--dir", str(folder)], capture_output=True, text=True, check=False)
+             "--dir", str(folder), "--out", str(image_tar(tmp_path_factory))],
+            capture_output=True, text=True, check=False)
         assert built.returncode == 0, built.stderr
         assert built.stdout.strip() == IMAGE
 
@@ -212,9 +221,10 @@ def test_backup_operator_runs_as_pods_on_a_real_node(machine: None, tmp_path: Pa
         path = "/apis/apps/v1/namespaces/backup-system/deployments/" \
             + deployment["metadata"]["name"]
         try:
-            eventually(240, lambda: cluster.api.get(path).get("status", {})
-                       .get("availableReplicas") == replicas,
-                       interval=1, message=f"{replicas} Pods Ready through their probes")
+            # Every Pod Ready through its probes (or one line saying which is not, why,
+            # and where its log is).
+            wait_available(cluster.api, "backup-system", deployment["metadata"]["name"],
+                           timeout=240, plane_dir=folder)
             # The API server calls the webhooks through the Service (its endpoints, the
             # Pods' addresses): a bad Backup is denied with the webhook's message...
             def denied() -> bool:
@@ -229,7 +239,7 @@ def test_backup_operator_runs_as_pods_on_a_real_node(machine: None, tmp_path: Pa
                        interval=1, message="the operator in its Pod made the CronJob")
             failover_and_eviction(cluster, namespace)
             rolling_update(cluster, namespace, path, replicas)
-        except (AssertionError, ApiException) as err:
+        except (AssertionError, ApiException, PodsError) as err:
             raise AssertionError(f"{err}\n{post_mortem(cluster, plane, 'backup-system')}") \
                 from None
     finally:

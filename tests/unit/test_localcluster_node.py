@@ -54,6 +54,38 @@ def test_packages_prints_the_one_install_command(capsys: pytest.CaptureFixture[s
     assert node.INSTALL_COMMAND.startswith("apt-get update && apt-get install -y containerd")
 
 
+def test_node_check_says_why_no_node_can_run_without_starting_or_building_anything(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert command_line.main(["node-check", "--dir", str(tmp_path / "plane")]) == 1
+    assert capsys.readouterr().err.startswith("no node: a node needs root")
+    monkeypatch.setattr(node, "check_machine", lambda: None)
+    monkeypatch.setattr(command_line, "check_machine", lambda: None)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # nothing built there
+    monkeypatch.delenv("OPERATOR_KIT_BINARIES", raising=False)
+    monkeypatch.delenv("KUBEBUILDER_ASSETS", raising=False)
+    assert command_line.main(["node-check", "--dir", str(tmp_path / "plane")]) == 1
+    said = capsys.readouterr().err
+    assert "the node's binaries are not built" in said
+    assert "localcluster build --node` builds them once" in said
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "plane").exists()
+    built = binaries.node_cache_folder(binaries.resolve(None))
+    built.mkdir(parents=True)
+    (built / ".complete").write_text("built\n")
+    assert command_line.main(["node-check", "--dir", str(tmp_path / "plane")]) == 0
+    assert capsys.readouterr().err == "a node can run here\n"
+
+
+def test_node_check_names_the_node_binaries_missing_from_operator_kit_binaries(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    (tmp_path / "kubelet").write_text("#!/bin/sh\n")
+    os.chmod(tmp_path / "kubelet", 0o755)
+    monkeypatch.setenv("OPERATOR_KIT_BINARIES", str(tmp_path))
+    assert binaries.node_missing() == \
+        f"{tmp_path} (OPERATOR_KIT_BINARIES) has no kube-scheduler, pause"
+
+
 def _plane(tmp_path: Path, *, with_node: bool) -> LocalCluster:
     plane = LocalCluster(tmp_path)
     state = _State(etcd_port=1, etcd_peer_port=2, apiserver_port=3, controller_manager_port=4,
@@ -192,3 +224,14 @@ def test_the_build_path_of_the_venv_is_rewritten_to_the_path_inside_the_image(
     assert (bin_dir / "gunicorn").read_text().startswith("#!/opt/venv/bin/python\n")
     assert build not in (bin_dir / "activate").read_text()
     assert build not in (bin_dir.parent / "pyvenv.cfg").read_text()
+
+
+@pytest.mark.parametrize("tag", ["op", "op:latest", "registry.test:5000/op", "op:"])
+def test_an_image_tag_the_kubelet_would_pull_again_is_refused_before_building(
+        tag: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        command_line.main(["image", str(tmp_path), "--tag", tag, "--dir", str(tmp_path)])
+    assert exited.value.code == 2
+    said = capsys.readouterr().err
+    assert said.startswith(f"error: --tag {tag}: give a version other than latest")
+    assert "imagePullPolicy Always" in said and said.count("\n") == 1
