@@ -5,7 +5,9 @@
 #
 # The suites run as many at once as the machine has cores (OPERATOR_KIT_UNIT_PARALLEL sets
 # it): each is one process, so on 2 cores two of them take the time of one. Each has its
-# own pytest temporary folder, and its output is printed whole when it ends.
+# own virtualenv (made in its job, so one installs while another tests; one install at a
+# time, as they write build files into the checkout) and pytest
+# temporary folder, and its output is printed whole when it ends.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,6 +20,7 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
 versions=()
+interpreters=()
 for version in 3.10 3.11 3.12 3.13; do
   [ "$version" = "$main" ] && continue
   interpreter=""
@@ -31,27 +34,33 @@ for version in 3.10 3.11 3.12 3.13; do
     echo "Python $version: not on this machine, not tested"
     continue
   fi
-  "$interpreter" -m venv "$work/$version"
-  "$work/$version/bin/pip" install -q --disable-pip-version-check -e '.[test]'
-  "$work/$version/bin/pip" install -q --disable-pip-version-check --no-deps -e samples/backup
-  echo "Python $version ($interpreter): installed"
+  echo "Python $version: $interpreter"
   versions+=("$version")
+  interpreters+=("$interpreter")
 done
 
-# run_suite VERSION: its pytest, output to VERSION.log, exit status to VERSION.status.
+# run_suite VERSION INTERPRETER: its virtualenv made, then its pytest; output to
+# VERSION.log, exit status to VERSION.status.
 run_suite() {
-  local version="$1" status=0
+  local version="$1" interpreter="$2" status=0
   SECONDS=0
-  "$work/$version/bin/python" -m pytest -q -rs -p no:cacheprovider \
-    --basetemp "$work/$version-tmp" tests/unit > "$work/$version.log" 2>&1 || status=$?
-  echo "(Python $version: $SECONDS s)" >> "$work/$version.log"
+  {
+    "$interpreter" -m venv "$work/$version" \
+      && flock "$work/install.lock" sh -c "'$work/$version/bin/pip' install -q \
+        --disable-pip-version-check -e '.[test]' && '$work/$version/bin/pip' install -q \
+        --disable-pip-version-check --no-deps -e samples/backup" \
+      && echo "(Python $version: installed in $SECONDS s)" \
+      && "$work/$version/bin/python" -m pytest -q -rs -p no:cacheprovider \
+        --basetemp "$work/$version-tmp" tests/unit
+  } > "$work/$version.log" 2>&1 || status=$?
+  echo "(Python $version: $SECONDS s in all)" >> "$work/$version.log"
   echo "$status" > "$work/$version.status"
 }
 
 running=()
-for version in "${versions[@]}"; do
+for i in "${!versions[@]}"; do
   while [ "$(jobs -rp | wc -l)" -ge "$parallel" ]; do wait -n || true; done
-  run_suite "$version" &
+  run_suite "${versions[$i]}" "${interpreters[$i]}" &
   running+=("$!")
 done
 for pid in "${running[@]}"; do wait "$pid" || true; done
