@@ -49,6 +49,10 @@ Why these values:
 - ``timeout = 30``: the API server gives up on a webhook after at most 30 s.
   ``graceful_timeout = 20``: in-flight requests finish before a pod's default 30 s
   termination grace period ends.
+- At most two malloc arenas (`operator_kit.webhooks.limits.limit_malloc_arenas`, set here
+  in the master, inherited by the worker): with one arena per thread, each thread kept the
+  memory of the last large body it answered, and eight 8 MiB conversions in a row took
+  the worker past the memory its Deployment's limit is derived from.
 - ``post_worker_init`` freezes the start-up heap (``gc.freeze``): full collections of it
   stalled every request for tens of milliseconds, the largest part of the tail latency.
 - ``OPERATOR_KIT_METRICS_SECURE=1``: ``/metrics`` answers only bearer tokens the API
@@ -92,7 +96,7 @@ from operator_kit.settings import (
 )
 from operator_kit.webhooks.certificates import TLS_CERT_ENV, TLS_KEY_ENV
 from operator_kit.webhooks.gunicorn_worker import DEFAULT_READ_TIMEOUT, DEFAULT_WRITE_TIMEOUT
-from operator_kit.webhooks.limits import DEFAULT_THREADS
+from operator_kit.webhooks.limits import DEFAULT_THREADS, limit_malloc_arenas
 from operator_kit.webhooks.loader import APP_ENV
 from operator_kit.webhooks.tls import ServingContext, set_current
 
@@ -270,6 +274,7 @@ _log_level, _log_format, _log_libraries = _log_settings()
 # the master's own lines (TLS preparation)
 logs.configure(_log_level, _log_format, libraries=_log_libraries)
 _prepare_tls()
+limit_malloc_arenas()  # before the worker is forked: it inherits the setting
 
 wsgi_app = "operator_kit.webhooks:app"
 bind = [_bind()]

@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+import os
+import platform
+import subprocess
+import sys
 import threading
 import time
 
@@ -14,6 +18,7 @@ from operator_kit.webhooks.limits import (
     SMALL_BODY_BYTES,
     BodyBudget,
     LogThrottle,
+    limit_malloc_arenas,
     memory_limit_mib,
 )
 
@@ -26,6 +31,54 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+# An interpreter whose eight threads each allocate at the same moment, then glibc's count of
+# malloc arenas (malloc_stats prints one "Arena N:" block per arena on stderr).
+ARENA_PROBE = """
+import ctypes, sys, threading
+from operator_kit.webhooks.limits import limit_malloc_arenas
+print(limit_malloc_arenas() if sys.argv[1] == "limit" else None)
+barrier = threading.Barrier(8)
+held = []
+def allocate():
+    barrier.wait()
+    held.append([bytes(4096 + i) for i in range(64)])  # malloc's, not pymalloc's
+threads = [threading.Thread(target=allocate, name=f"allocate-{i}") for i in range(8)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+sys.stdout.flush()
+ctypes.CDLL(None).malloc_stats()
+"""
+
+
+def arenas(mode: str, **env: str) -> tuple[str, int]:
+    """What the probe printed (the call's answer) and how many arenas glibc reported."""
+    environ = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"} | env
+    done = subprocess.run([sys.executable, "-c", ARENA_PROBE, mode], capture_output=True,
+                          text=True, timeout=60, env=environ, check=True)
+    return done.stdout.strip(), done.stderr.count("Arena ")
+
+
+glibc = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="arenas are glibc's")
+
+
+@glibc
+def test_eight_threads_share_two_malloc_arenas_once_limited() -> None:
+    assert arenas("none")[1] > 2  # the control: by default each thread gets its own
+    assert arenas("limit") == ("True", 2)
+
+
+@glibc
+def test_malloc_arena_max_in_the_environment_wins() -> None:
+    assert arenas("limit", MALLOC_ARENA_MAX="3") == ("False", 3)  # the call changed nothing
+
+
+def test_the_arena_limit_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="arenas must be positive, got 0"):
+        limit_malloc_arenas(0)
 
 
 # ---------------------------------------------------------------------- the body budget
