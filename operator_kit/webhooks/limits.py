@@ -18,7 +18,6 @@ Nothing here imports Flask or gunicorn: the manifests use `memory_limit_mib` too
 
 from __future__ import annotations
 
-import ctypes
 import math
 import os
 import threading
@@ -86,6 +85,8 @@ def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
         raise ValueError(f"arenas must be positive, got {arenas}")
     if os.environ.get("MALLOC_ARENA_MAX"):
         return False
+    import ctypes  # here: only gunicorn's master needs it, not every importer of the limits
+
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
